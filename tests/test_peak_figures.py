@@ -205,6 +205,98 @@ def test_a_peak_line_for_a_level_with_no_peak_is_added_by_hand(tmp_path, capsys)
     assert code == 1 and len(diags) == 1 and "peak concurrent requests 2.00 requests" in diags[0] and "added by hand" in diags[0]
 
 
+# ---------------------------------------------------------------- the md and html reports' per-level table
+
+def _report(capsys, d: Path, fmt: str) -> str:
+    assert cli.main(["report", str(d), "--format", fmt]) == 0
+    return capsys.readouterr().out
+
+
+def _level_cells(md: str) -> tuple[list[str], dict[str, list[str]], dict[str, int]]:
+    """The md report's per-level table: its head, each row's cells by its first cell, and each
+    row's line number."""
+    lines = md.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("| Backend / level |"))
+    split = lambda ln: [c.strip() for c in re.split(r"(?<!\\)\|", ln.strip())[1:-1]]  # noqa: E731
+    head, rows, where = split(lines[at]), {}, {}
+    for i in range(at + 2, len(lines)):
+        if not lines[i].startswith("|"):
+            break
+        cells = split(lines[i])
+        rows[cells[0]], where[cells[0]] = cells, i + 1
+    return head, rows, where
+
+
+def test_the_md_and_html_level_tables_show_the_blocks_peaks_and_lint_clean(tmp_path, capsys, known):
+    """The md report's per-level table has bench serve's two peaks beside the means they top --
+    the figures the bench block prints (192 tokens in a second, 3 in flight), as whole numbers --
+    and so has the html report's; the md report linted against its own evidence is clean, and a
+    Peak cell edited is CB201 naming the level's recorded figure."""
+    d, spec_file, _, _ = known
+    md = _report(capsys, d, "md")
+    head, rows, where = _level_cells(md)
+    assert head[head.index("Output tok/s") + 1] == "Peak output tok/s"
+    assert head[head.index("Mean in flight") + 1] == "Peak concurrent requests"
+    row = rows["sim-fast · concurrency 2"]
+    assert (row[head.index("Peak output tok/s")], row[head.index("Peak concurrent requests")]) == (str(PEAK_TOKENS), str(BURST))
+    block = _bench(capsys, d)[0].splitlines()
+    assert f"{'Peak output token throughput (tok/s):':<40} {PEAK_TOKENS:<10.2f}".rstrip() in block
+    html = _report(capsys, d, "html")
+    assert "<th>Peak output tok/s</th>" in html and "<th>Peak concurrent requests</th>" in html
+    assert f'<td class="num">{PEAK_TOKENS}</td>' in html
+
+    p = tmp_path / "report.md"
+    p.write_text(md)
+    assert cli.main(["lint-claims", str(p), "--spec", str(spec_file), "--evidence", str(d)]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    lines = md.splitlines()
+    for col, value, msg in [("Peak output tok/s", "191", "peak output token throughput 191 tok/s for sim-fast; the evidence "
+                             "records sim-fast · concurrency 2: 192 tok/s"),
+                            ("Peak concurrent requests", "4", "peak concurrent requests 4 requests for sim-fast; the evidence "
+                             "records sim-fast · concurrency 2: 3 requests")]:
+        cells = list(row)
+        cells[head.index(col)] = value
+        edited = lines.copy()
+        edited[where["sim-fast · concurrency 2"] - 1] = "| " + " | ".join(cells) + " |"
+        p.write_text("\n".join(edited) + "\n")
+        assert cli.main(["lint-claims", str(p), "--spec", str(spec_file), "--evidence", str(d)]) == 1
+        out = [ln for ln in capsys.readouterr().out.splitlines() if "CB2" in ln]
+        assert len(out) == 1 and f"{p}:{where['sim-fast · concurrency 2']}:" in out[0] and msg in out[0], out
+
+
+def test_a_level_with_no_peak_shows_a_dash_and_a_number_there_is_added_by_hand(tmp_path, capsys):
+    """A level whose measured requests all failed has no peak: the md and html tables show "-"
+    (as for other missing figures), that report lints clean, and a number written in its Peak
+    cell is CB201, added by hand -- as a Peak line in the bench block is."""
+    spec = small_spec(levels="[2]", backends=("sim-fast",), rules="require completed >= 0")
+    b = EvidenceBuilder(spec)
+    for r in list(b.measured("sim-fast", level=0)):
+        b.set_outcome(r, "failed", "HTTP 500")
+    d = b.write(tmp_path / "run")
+    spec_file = tmp_path / "spec.soak"
+    spec_file.write_text(spec.canonical_text)
+    md = _report(capsys, d, "md")
+    head, rows, where = _level_cells(md)
+    (name,) = rows
+    row = rows[name]
+    assert row[head.index("Peak output tok/s")] == row[head.index("Peak concurrent requests")] == "-"
+    html = _report(capsys, d, "html")
+    i = html.index("<th>Peak output tok/s</th>")
+    assert html.count("<th>", 0, i) >= 1 and "<td class=\"num\">-</td>" in html
+    p = tmp_path / "report.md"
+    p.write_text(md)
+    assert cli.main(["lint-claims", str(p), "--spec", str(spec_file), "--evidence", str(d)]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    cells = list(row)
+    cells[head.index("Peak concurrent requests")] = "2"
+    lines = md.splitlines()
+    lines[where[name] - 1] = "| " + " | ".join(cells) + " |"
+    p.write_text("\n".join(lines) + "\n")
+    assert cli.main(["lint-claims", str(p), "--spec", str(spec_file), "--evidence", str(d)]) == 1
+    out = [ln for ln in capsys.readouterr().out.splitlines() if "CB2" in ln]
+    assert len(out) == 1 and "peak concurrent requests 2 requests" in out[0] and "added by hand" in out[0], out
+
+
 # ---------------------------------------------------------------- the binned peak, property
 
 _TEMPLATE = EvidenceBuilder(small_spec(levels="[2]", backends=("a",)))

@@ -148,8 +148,19 @@ def test_md_claim_boundary_lists_every_exclude_verbatim(reports):
 
 def test_md_passes_lint_claims(reports, run_dir, spec_path, tmp_path, capsys):
     """By construction: the md report of the run, linted against the spec and the evidence,
-    has no finding (text and JSON output)."""
+    has no finding (text and JSON output) -- its per-level table's Peak columns, which the
+    linter reads, included (results.json's peaks of each level)."""
     _, md, _ = reports["md"]
+    lines = md.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("| Backend / level |"))
+    head = [c.strip() for c in lines[at].strip("|").split("|")]
+    block = lines[at + 2:]
+    block = block[:next((i for i, x in enumerate(block) if not x.startswith("|")), len(block))]
+    rows = [[c.strip() for c in x.strip("|").split("|")] for x in block]
+    results = json.loads((run_dir / "results.json").read_text())
+    peaks = [(str(lv["peak_output_tokens_per_s"]), str(lv["peak_concurrent_requests"]))
+             for be in results["backends"] for lv in be["levels"]]
+    assert [(r[head.index("Peak output tok/s")], r[head.index("Peak concurrent requests")]) for r in rows] == peaks
     doc = tmp_path / "PR.md"
     doc.write_text(md)
     assert main(["lint-claims", str(doc), "--spec", str(spec_path), "--evidence", str(run_dir)]) == 0

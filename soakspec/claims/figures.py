@@ -35,6 +35,9 @@ blockquotes are skipped):
   aggregates, with the cell's unit or the header's ("(ms)", "in ms", or a bare word: `soakspec run`'s
   summary heads "TTFT p50/p95/p99 ms"); columns headed offered, goodput, SLO,
   threshold, target, budget, rule, drift, change, delta, regression, lag, … are not figures.
+  The report's "Peak output tok/s" and "Peak concurrent requests" columns (bench serve's peaks,
+  `_PEAK_COLUMN`) are read as a bench block's Peak lines are: against the level the row names,
+  and a number where that level records none ("-" in the report) was added by hand.
   A table with no such column is read row by row as prose ("| p95 TTFT | 41 ms |"). A row whose
   Backend cell names a backend the evidence did not run is not read: it is CB301
   (`evidence_check`), and its figures are no other backend's.
@@ -503,6 +506,14 @@ _HEADER_UNIT = re.compile(
 )
 
 
+# bench serve's two peaks as a column: the report's "Peak output tok/s" and "Peak concurrent
+# requests" (`report.common.PEAK_TOKENS_HEAD`), bench serve's own labels too ("Peak output token
+# throughput (tok/s)"); a level's own figures, as a bench block's Peak lines are (`_PEAKS`)
+_PEAK_COLUMN = re.compile(
+    r"^\W*peak\s+(?:(?P<tok>(?:output\s+)?(?:token\s+throughput|tok(?:en)?s?\s*(?:/|per)\s*s(?:ec(?:ond)?)?))"
+    r"|concurren(?:t|cy)(?:\s+requests)?)\b", re.I)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Column:
     metric: str | None  # None: not a figure column (read as prose); "skip": never read
@@ -520,6 +531,8 @@ def _column(header: str) -> _Column:
         unit = next((g for g in u.groups() if g), None) if u else None
         return _Column(phrase_metric(m, sent), tuple(_aggs(m.group("pre") or m.group("post1") or m.group("post2"))), unit)
     h = header.lower()
+    if (peak := _PEAK_COLUMN.search(h)) is not None:  # bench serve's peaks, the report's columns
+        return _Column("peak_tok_s" if peak.group("tok") else "peak_concurrent")
     if re.search(r"tok(?:en)?s?\s*(?:/|per)\s*s", h):
         kind = _token_rate(h)  # "Output tok/s", "Total tok/s" (the report's columns); not "Prefill tok/s"
         return _Column(kind) if kind else _Column("skip")
@@ -836,9 +849,10 @@ def _check(f: Figure, path: str) -> Diagnostic | None:
             getattr(lv, _LEVEL_FIELD[h.metric]) is not None
             for lv in ([lv for _, lv in named] if named else [lv for ev in f.backends for lv in ev.levels])):
         return Diagnostic(
-            "CB201", f"states {_stated_text(h)}{for_backend(f.backends)} in soakspec's bench block; the evidence records "
-            "no such figure for that level and `soakspec report --format bench` writes no such number: it was added by hand",
-            f.span, path, hint="remove the line, or paste bench serve's own block for bench serve's figures",
+            "CB201", f"states {_stated_text(h)}{for_backend(f.backends)} as soakspec's; the evidence records no such "
+            "figure for that level and `soakspec report` writes no such number (the bench block `n/a` or no line, the "
+            "per-level table `-`): it was added by hand",
+            f.span, path, hint="remove the figure, or paste bench serve's own block for bench serve's figures",
         )
 
     def figures_of(facts: EvidenceFacts | LevelFacts) -> Mapping[str, tuple[float, ...]]:

@@ -556,6 +556,17 @@ class LevelRow:
     excluded: Mapping[str, Any] | None = None  # {tpot: {reason: n}, itl: {...}}: completed requests left out
     total_tokens_per_s: float | None = None  # prompt + output tokens/s (None: a bucket's unknown, `wall_mean_whole`)
     scheduled_rate: float | None = None  # req/s an open loop's schedule put in its measured window (`offered_text`)
+    # bench serve's two peaks, results.json's `peak_output_tokens_per_s` / `peak_concurrent_requests`
+    # as judged (`soakspec.judge.peaks`; the bench block prints the same fields): None where the level
+    # has none (no completed request) or the results are from before they were recorded
+    peak_tokens_per_s: int | None = None
+    peak_concurrent: int | None = None
+
+
+# the per-level table's heads of the two peaks (md and html): bench serve's `Peak output token
+# throughput (tok/s)` and `Peak concurrent requests`, shortened as the table's other heads are, and
+# as `lint-claims` reads a column (`claims.figures`); a level without one shows "-"
+PEAK_TOKENS_HEAD, PEAK_CONCURRENT_HEAD = "Peak output tok/s", "Peak concurrent requests"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -822,6 +833,7 @@ def level_rows(results: Mapping[str, Any]) -> list[LevelRow]:
             latency=_map(lv.get("latency")) or None, requests=_map(lv.get("requests")),
             itl_coalesced=_map(lv.get("itl_coalesced")) or None, excluded=_map(lv.get("excluded")) or None,
             total_tokens_per_s=wall_mean_whole(mine, "total_tokens_per_s"), scheduled_rate=num(lv.get("scheduled_rate")),
+            peak_tokens_per_s=as_int(lv.get("peak_output_tokens_per_s")), peak_concurrent=as_int(lv.get("peak_concurrent_requests")),
         ))
     return out
 

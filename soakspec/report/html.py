@@ -269,6 +269,11 @@ def _rate(v: float | None, digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def _count(v: int | None) -> str:
+    """A whole figure (bench serve's peaks: tokens in one second, requests at once); "-" for none."""
+    return "-" if v is None else str(v)
+
+
 def _coal(lv: Any) -> str:
     co = lv.itl_coalesced
     if isinstance(co, Mapping) and isinstance(co.get("gaps"), int) and co["gaps"]:
@@ -277,13 +282,15 @@ def _coal(lv: Any) -> str:
 
 
 def level_table(results: Mapping[str, Any], verdict: Any, keys: Sequence[str] = C.DEFAULT_PERCENTILES) -> list[str]:
-    """The per-level table: offered vs achieved rate, tokens/s, in flight, each per-request
+    """The per-level table: offered vs achieved rate, tokens/s and its peak second, in flight and
+    its peak (bench serve's two peaks, "-" where a level has none), each per-request
     metric's mean beside its percentiles (`keys`), counts."""
     rows = C.level_rows(results)
     if not rows:
         return []
     with_label = any(lv.label != lv.offered for lv in rows)  # a closed loop's level label is its offered load
-    head = ("Backend", *(("Level",) if with_label else ()), "Offered", "Achieved req/s", "Output tok/s", "Total tok/s", "Mean in flight",
+    head = ("Backend", *(("Level",) if with_label else ()), "Offered", "Achieved req/s", "Output tok/s", C.PEAK_TOKENS_HEAD,
+            "Total tok/s", "Mean in flight", C.PEAK_CONCURRENT_HEAD,
             *(h for _, name in C.DISTS for h in (f"{name} mean", C.pct_head(name, keys))), "Completed", "Failed", "Timeouts",
             "Rejected", "Disconnected")
     out = []
@@ -301,8 +308,9 @@ def level_table(results: Mapping[str, Any], verdict: Any, keys: Sequence[str] = 
         out.append(
             f'<tr{cls}><td><code>{esc(lv.backend)}</code></td>' + (f'<td>{esc(lv.label)}</td>' if with_label else "")
             + f'<td class="offered">{esc(lv.offered)}</td>'
-            f'<td class="num">{_rate(lv.qps)}</td><td class="num">{_rate(lv.tokens_per_s, 1)}</td>'
-            f'<td class="num">{_rate(lv.total_tokens_per_s, 1)}</td><td class="num">{_rate(lv.in_flight)}</td>{dists}{counts}</tr>'
+            f'<td class="num">{_rate(lv.qps)}</td><td class="num">{_rate(lv.tokens_per_s, 1)}</td><td class="num">{_count(lv.peak_tokens_per_s)}</td>'
+            f'<td class="num">{_rate(lv.total_tokens_per_s, 1)}</td><td class="num">{_rate(lv.in_flight)}</td>'
+            f'<td class="num">{_count(lv.peak_concurrent)}</td>{dists}{counts}</tr>'
         )
     out.append("</tbody></table></div>")
     return out

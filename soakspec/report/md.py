@@ -175,8 +175,10 @@ def client_table(results: Mapping[str, Any]) -> list[str]:
 
 def level_head(keys: Sequence[str] = C.DEFAULT_PERCENTILES) -> tuple[str, ...]:
     """The per-level table's header: each of TTFT / ITL / TPOT / latency as a mean column (bench
-    serve's first figure) beside one cell of its percentiles (`keys`)."""
-    return (("Backend / level", "Offered", "Achieved req/s", "Output tok/s", "Total tok/s", "Mean in flight")
+    serve's first figure) beside one cell of its percentiles (`keys`); bench serve's two peaks
+    beside the mean they top (output tok/s, in flight), named as `lint-claims` reads them."""
+    return (("Backend / level", "Offered", "Achieved req/s", "Output tok/s", C.PEAK_TOKENS_HEAD, "Total tok/s", "Mean in flight",
+             C.PEAK_CONCURRENT_HEAD)
             + tuple(h for _, name in C.DISTS for h in (f"{name} mean", C.pct_head(name, keys)))
             + ("Completed", "Failed", "Timeouts", "Rejected", "Disconnected"))
 
@@ -185,7 +187,8 @@ LEVEL_HEAD = level_head()
 
 
 def level_table(results: Mapping[str, Any], keys: Sequence[str] = C.DEFAULT_PERCENTILES) -> list[str]:
-    """Per backend and level: offered load and achieved rate, output and total (prompt + output) tokens/s, in flight, TTFT / ITL /
+    """Per backend and level: offered load and achieved rate, output tokens/s and its peak second, total (prompt + output)
+    tokens/s, in flight and the most completed requests in flight at once, TTFT / ITL /
     TPOT / latency mean and percentiles (`keys`, results.json's: p50 / p95 / p99 unless `--percentiles` chose) and every outcome count."""
     rows = []
     for lv in C.level_rows(results):
@@ -193,7 +196,8 @@ def level_table(results: Mapping[str, Any], keys: Sequence[str] = C.DEFAULT_PERC
         dists = [c for key, _ in C.DISTS
                  for c in (_mean(getattr(lv, key)), _itl(lv, keys) if key == "itl" else _pct(getattr(lv, key), keys))]
         rows.append([f"{md_cell(lv.backend)} · {md_text(lv.label)}", md_text(lv.offered), _fmt_rate(lv.qps, 2),
-                     _fmt_rate(lv.tokens_per_s), _fmt_rate(lv.total_tokens_per_s), _fmt_rate(lv.in_flight, 2)] + dists
+                     _fmt_rate(lv.tokens_per_s), _num(lv.peak_tokens_per_s), _fmt_rate(lv.total_tokens_per_s),
+                     _fmt_rate(lv.in_flight, 2), _num(lv.peak_concurrent)] + dists
                     + [_num(C.as_int(req.get(k))) for k in ("completed", "failed", "timeout", "rejected", "disconnected")])
     if not rows:
         return []
