@@ -297,6 +297,61 @@ def test_a_level_with_no_peak_shows_a_dash_and_a_number_there_is_added_by_hand(t
     assert len(out) == 1 and "peak concurrent requests 2 requests" in out[0] and "added by hand" in out[0], out
 
 
+def test_a_usage_past_max_tokens_counts_its_chunks_in_the_peak_as_throughput_does(tmp_path, capsys):
+    """A completed request whose usage claims 1000x the workload's max_tokens (the judge flags it
+    `usage_mismatch`; the output throughput counts its chunks instead) counts one token a chunk in
+    the peak too: its claimed first-chunk tokens do not inflate the fullest second (it read
+    ~64,000 tok/s before, the loader counting them from the claimed count)."""
+    spec = small_spec(levels="[2]", backends=("sim-fast",))
+    cap = max(n for n in spec.workloads[0].max_tokens if n is not None)
+    b = EvidenceBuilder(spec)
+    bad = next(iter(b.measured("sim-fast", level=0)))
+    assert bad["chunks"] == len(bad["itl"]) + 1  # one token a chunk, as the claim is not
+    bad.update(output_tokens=cap * 1000, tokens_source="usage")
+    d = b.write(tmp_path / "run")
+    lv = _level0(d)
+    assert lv["excluded"]["itl"] == {"usage contradicts the stream (usage_mismatch)": 1}  # the judge flagged it
+    rows = [dict(r, output_tokens=r["chunks"]) if r is bad else r for r in b.records["sim-fast"] if r["level"] == 0]
+    ref = naive_token_seconds(rows, lv["measure_start"])
+    assert lv["peak_output_tokens_per_s"] == max(ref.values()) <= cap
+    (block,) = _bench(capsys, d)
+    assert f"{'Peak output token throughput (tok/s):':<40} {max(ref.values()):<10.2f}".rstrip() in block.splitlines()
+
+
+def test_a_flagged_request_the_loader_did_not_count_takes_nothing_back():
+    """A record with no outcome (the judge derives it: completed) was not counted in the token
+    seconds as read (`peaks`: by the outcome the record states); flagged usage_mismatch, it takes
+    back none of its claimed tokens from the second it would have been in -- the burst's 192
+    stay the peak, where taking back ~64,000 from that second made another second the peak."""
+    spec = small_spec(levels="[2, 4]", backends=("sim-fast",))
+    cap = max(n for n in spec.workloads[0].max_tokens if n is not None)
+    b = EvidenceBuilder(spec)
+    ms = _known(b)
+    fourth = list(b.measured("sim-fast", level=0))[BURST]
+    fourth.update(first_token=ms + 10.35, first_byte=ms + 10.3, end=ms + 11.0, output_tokens=cap * 1000)
+    del fourth["outcome"]
+    from soakspec.judge.summary import summarize
+
+    lv = next(x for x in summarize(b.build(), spec)["backends"][0]["levels"] if x["index"] == 0)
+    assert lv["excluded"]["itl"] == {"usage contradicts the stream (usage_mismatch)": 1}
+    assert lv["peak_output_tokens_per_s"] == PEAK_TOKENS
+
+
+def test_the_first_chunks_of_rows_with_extras_are_the_row_paths():
+    """A record the table keeps extras of (a field it has no column for, a count that is not an
+    int, gaps that are not all numbers) has the first chunk the row-by-row path counted: 1 where
+    its count or its gaps cannot say, else output_tokens less its gaps -- so the judge takes back
+    from a flagged request what the loader put in."""
+    row = dict(_ROW, workload="w", level=0, bucket=0)
+    rows = [dict(row, request_id="x1", note={"a": 1}), dict(row, request_id="x2", output_tokens=70.0),
+            dict(row, request_id="x3", itl=[0.01, "bad"], output_tokens=80),
+            dict(row, request_id="x4", itl=[0.01] * 3, output_tokens=40, chunks=4, note="x"),
+            dict(row, request_id="x5", itl=[0.01, 2**40], output_tokens=40, chunks=3)]
+    t = TableBuilder(origins={("w", 0): 0.0}).extend(rows).finish()
+    assert set(t.odd_rows.tolist()) >= {0, 1, 2, 3}
+    assert t.first_chunks(np.arange(t.n)).tolist() == [max(1, row["output_tokens"] - len(row["itl"])), 1, 1, 37, 38]
+
+
 # ---------------------------------------------------------------- the binned peak, property
 
 _TEMPLATE = EvidenceBuilder(small_spec(levels="[2]", backends=("a",)))
@@ -346,6 +401,9 @@ def test_the_binned_peak_is_a_per_token_loops(rows):
             ref = naive_token_seconds([r for r in rows if (r["workload"], r["level"]) == key], origin)
             assert got.get(key, {}) == {s: c for s, c in ref.items() if s >= 0}
             assert peaks.peak_tokens((t.token_seconds or {}).get(key)) == (max((c for s, c in ref.items() if s >= 0), default=None))
+        # the first chunks' tokens as the judge re-reads them from the table (`first_chunks`: what
+        # it takes back of a request it flags usage_mismatch) are those the loader counted
+        assert t.first_chunks(np.arange(t.n)).tolist() == [max(1, r["output_tokens"] - len(r["itl"])) for r in rows]
 
 
 @settings(max_examples=200, deadline=None)

@@ -35,6 +35,17 @@ its `requests.completed` counts: bench serve's successes), where they differ:
   (after any wait for a max_concurrency slot), as bench serve's clock -- and so counts only the
   measured completed requests: the warm-up's, the failed ones' and the next level's are not in
   it, though the server held them too;
+- a request whose usage the judge does not believe (`usage_mismatch`: more completion tokens
+  than its workload's max_tokens, fewer than its chunks, a count that went down, ...;
+  `rederive.usage_problem`) counts one token at its first chunk and one at each ITL gap: one a
+  chunk, as the output throughput counts its chunks instead of the claimed count (`measures`).
+  The loader, which does not know max_tokens, counts its first chunk's k1 from the claimed
+  count (a usage of 10^12 in one chunk would be a 10^12 tok/s peak); the judge takes the k1 - 1
+  back when it makes the figure (`less_claimed`, `summary.peak_summary`), reading k1 from the
+  table as the loader did (`RequestTable.first_chunks`) for the rows the loader counted (their
+  recorded outcome completed: `RequestTable.recorded_completed`). Where the runner split a
+  chunk's tokens before the claim passed max_tokens (runner/protocol.py "ITL"), those split
+  gaps count a token each, as they are: at most max_tokens plus one a chunk;
 - the token seconds are counted by the outcome the record states, as it is read: a request
   whose outcome the judge re-derives from its trace afterwards (`judge/rederive.py`, rare)
   stays in them or out as recorded, where the concurrency, swept from the judged table, follows
@@ -198,6 +209,23 @@ def first_chunk_tokens(output_tokens: np.ndarray, chunks: np.ndarray, gaps: np.n
     `usage_mismatch`, and its throughput counts the chunks instead). Arrays of the rows, int64."""
     k1 = output_tokens - gaps
     return np.where((output_tokens >= 0) & (output_tokens >= chunks) & (k1 > 1), k1, 1).astype(np.int64)
+
+
+def less_claimed(bins: np.ndarray, origin: float, first_token: np.ndarray, k1: np.ndarray) -> np.ndarray:
+    """`bins` (a level's, from `origin`) less the first chunks' tokens beyond their first (k1 - 1
+    each, at the second of their `first_token`) of requests whose usage the judge does not believe
+    (`usage_mismatch`): the loader counted them from the claimed count, before the judge knew the
+    workload's max_tokens. Such a request is left with one token at its first chunk and one at
+    each ITL gap: one a chunk, as the output throughput counts its chunks (`measures`, "usage
+    contradicts the stream"). The seconds as `TokenSeconds` computes them; a copy."""
+    more = k1 > 1
+    if not more.any():
+        return bins
+    sec = np.rint((first_token[more] - origin) * _US).astype(np.int64) // _US
+    keep = (sec >= 0) & (sec < len(bins))
+    out = bins.copy()
+    np.subtract.at(out, sec[keep], (k1[more][keep] - 1).astype(np.int64))
+    return out
 
 
 def peak_tokens(bins: np.ndarray | None) -> int | None:

@@ -335,12 +335,32 @@ def peak_summary(lv: LevelIndex) -> dict[str, int | None]:
     if len(tables) == 1:
         got = next(iter(tables.values())).token_seconds
         bins = got.get((lv.workload, lv.index)) if got is not None else None
+        if bins is not None:
+            bins = _believed(lv, bins)
     done = recs.where(lambda t, idx: t.label_is("outcome", "completed", idx), lambda r: r.get("outcome") == "completed")
     start = done.map(lambda t, idx: t.f["start"][idx], lambda r: num(r.get("start")))
     end = done.map(lambda t, idx: t.f["end"][idx], lambda r: num(r.get("end")))
     return {"peak_output_tokens_per_s": peaks.peak_tokens(bins),
             "peak_concurrent_requests": peaks.peak_concurrency(np.asarray(start, dtype=np.float64),
                                                               np.asarray(end, dtype=np.float64))}
+
+
+def _believed(lv: LevelIndex, bins: np.ndarray) -> np.ndarray:
+    """The level's token seconds without the first-chunk tokens of the requests the judge flags
+    `usage_mismatch` (a usage more than the workload's max_tokens, ...: `rederive.usage_problem`),
+    which the loader counted from the claimed count (`peaks.less_claimed`): those the loader
+    counted (recorded completed, a first token) that are completed and flagged now. Rare: where
+    no request is flagged, a look at the label's distinct values and no pass over the rows."""
+    (t, idx), = lv.records.parts
+    if not t.label_mask("usage_mismatch", bool).any():
+        return bins
+    rows = idx[t.recorded_completed(idx) & ~t.usage_ok(idx) & t.label_is("outcome", "completed", idx)]
+    origin = peaks.level_origins((lv.entry,)).get((lv.workload, lv.index))
+    if origin is None or not len(rows):
+        return bins
+    ft = np.asarray(t.f["first_token"][rows], dtype=np.float64)
+    ok = np.isfinite(ft)
+    return peaks.less_claimed(bins, origin, ft[ok], t.first_chunks(rows[ok]))
 
 
 DRAIN_TOLERANCE_S = 1e-3  # a last bucket this much past its planned end holds no drain worth saying

@@ -1040,6 +1040,21 @@ _TWIN_OF = {"intended_start": "start", "first_byte": "first_token"}
 _MICRO_AFTER_START = ("end", "first_token")  # built as `_MicroCol`s after start (tpot: alone)
 
 
+def _peak_gaps_ok(gaps: Any) -> bool:
+    """Whether a record's ITL gaps are every one a finite number (the peak's row-by-row path counts them)."""
+    return isinstance(gaps, (list, tuple, array)) and all(type(g) in (int, float) and math.isfinite(g) for g in gaps)
+
+
+def _row_first_chunk(n: Any, ch: Any, gaps: int | None) -> int:
+    """A record's first chunk's tokens k1 as the row-by-row path counts them (`peaks.first_chunk_tokens`
+    of its count `n`, its `chunks` and how many `gaps` it has; an absent ITL reads as [] (0)); 1
+    where the gaps are unusable (`gaps` None: how many the first chunk carried is then not known)."""
+    if gaps is None:
+        return 1
+    n, ch = (v if type(v) is int and abs(v) < _INT_LIMIT else -1 for v in (n, ch))
+    return int(peaks.first_chunk_tokens(np.array([n]), np.array([ch]), np.array([gaps]))[0])
+
+
 class TableBuilder:
     """Typed columns filled one record at a time (see the module doc).
 
@@ -1234,12 +1249,8 @@ class TableBuilder:
                 or not isinstance(wl, str) or type(ft) not in (int, float) or not math.isfinite(ft)):
             return
         gaps = get("itl")
-        ok = isinstance(gaps, (list, tuple, array)) and all(type(g) in (int, float) and math.isfinite(g) for g in gaps)  # as `_itl` takes them
-        # the first chunk's k1 tokens: from the count and the gaps (an absent ITL reads as []); 1
-        # where the gaps are unusable (how many the first chunk carried is then not known)
-        n, ch = (v if type(v) is int and abs(v) < _INT_LIMIT else -1 for v in (get("output_tokens"), get("chunks")))
-        k1 = 1 if gaps is not None and not ok else \
-            int(peaks.first_chunk_tokens(np.array([n]), np.array([ch]), np.array([len(gaps) if ok else 0]))[0])
+        ok = _peak_gaps_ok(gaps)
+        k1 = _row_first_chunk(get("output_tokens"), get("chunks"), len(gaps) if ok else 0 if gaps is None else None)
         self.peaks.add_one((str(wl), lv), float(ft), gaps if ok else (), k1)
 
     def _server_id(self, i: int, rid: Any, sid: Any) -> None:
@@ -1607,11 +1618,16 @@ class RequestTable:
                     extras: Mapping[int, Mapping[str, Any]] | None = None, aux: Mapping[str, Any] | None = None) -> RequestTable:
         c = dict(self.c)
         values = dict(self.values)
+        kept = {**self.aux, **(aux or {})}
+        if "outcome" in changes and "recorded_outcome" not in kept:
+            # the outcomes as read, which `token_seconds` were counted by (`recorded_completed`):
+            # the same array when nothing was re-derived, else the loaded codes (a byte a row)
+            kept["recorded_outcome"] = (self.c["outcome"], self.values["outcome"])
         for k, (codes, vals) in changes.items():
             c[k], values[k] = compact_codes(codes), vals
         return RequestTable(self.n, self.f, self.i, c, values, self.sparse, self.ids,
                             self.extras if extras is None else extras, self._itl, self.itl_off, self.itl_scale,
-                            {**self.aux, **(aux or {})}, cells=self.cells, derived=self.derived,
+                            kept, cells=self.cells, derived=self.derived,
                             token_seconds=self.token_seconds)
 
     def traced(self, idx) -> np.ndarray:
@@ -1790,6 +1806,30 @@ class RequestTable:
             part[:] = self.number(key, rows)
             part[~self.usage_ok(rows)] = np.nan
         return out
+
+    def recorded_completed(self, idx) -> np.ndarray:
+        """Rows (of `idx`) whose record says completed, as it was read -- before `rederive`
+        re-derived any outcome (`with_labels` keeps the loaded outcomes as aux
+        `recorded_outcome`): the rows the loader counted in `token_seconds`."""
+        codes, values = self.aux.get("recorded_outcome", (self.c["outcome"], self.values["outcome"]))
+        lut = np.fromiter((type(v) is str and v == "completed" for v in values), dtype=bool, count=len(values))
+        return lut[codes[idx]] if len(lut) else np.zeros(len(self.f["start"][idx]), dtype=bool)
+
+    def first_chunks(self, idx: np.ndarray) -> np.ndarray:
+        """Each row's (of `idx`) first chunk's tokens k1, as the loader counted them in
+        `token_seconds` (`peaks.first_chunk_tokens` of its output_tokens, chunks and gaps; a row
+        with extras as the row-by-row path reads its record). int64."""
+        idx = np.asarray(idx, dtype=np.int64)
+        lens = (self.itl_off[idx + 1] - self.itl_off[idx]).astype(np.int64)
+        k1 = peaks.first_chunk_tokens(self.i["output_tokens"][idx].astype(np.int64), self.i["chunks"][idx].astype(np.int64), lens)
+        if len(self._odd):
+            for j in np.flatnonzero(np.isin(idx, self._odd)).tolist():
+                i = int(idx[j])
+                ex = self.extras.get(i, {})
+                gaps = ex["itl"] if "itl" in ex else None
+                n = len(gaps) if _peak_gaps_ok(gaps) else None if gaps is not None else int(lens[j])
+                k1[j] = _row_first_chunk(self.value(i, "output_tokens"), self.value(i, "chunks"), n)
+        return k1
 
     def usage_ok(self, idx) -> np.ndarray:
         bad = self.label_mask("usage_mismatch", bool)
