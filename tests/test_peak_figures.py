@@ -473,3 +473,20 @@ def test_a_record_spanning_years_costs_what_its_counted_seconds_do():
         tracemalloc.stop()
     assert _as_dict(t.token_seconds or {}) == {("w", 0): {0: 1}}
     assert peak < 20 << 20, peak
+
+
+def test_a_peak_concurrency_column_is_the_highest_level_run_not_a_peak_figure(tmp_path, capsys):
+    """"Peak concurrency" in a review's table is the highest concurrency level it ran, not bench
+    serve's peak concurrent requests: it is not read as a Peak figure (no CB201 where the records'
+    peak in flight differs from the level's number), while "Peak concurrent requests" still is."""
+    spec = small_spec(levels="[2, 4]", backends=("a",), rules="require completed >= 0")
+    d = EvidenceBuilder(spec).write(tmp_path / "run")
+    spec_file = tmp_path / "spec.soak"
+    spec_file.write_text(spec.canonical_text)
+    p = tmp_path / "review.md"
+    p.write_text("| Backend | Peak concurrency |\n|---|---|\n| a | 4 |\n")
+    assert cli.main(["lint-claims", str(p), "--spec", str(spec_file), "--evidence", str(d)]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    p.write_text("| Backend | Peak concurrent requests |\n|---|---|\n| a | 4 |\n")
+    assert cli.main(["lint-claims", str(p), "--spec", str(spec_file), "--evidence", str(d)]) == 1
+    assert "peak concurrent requests 4" in capsys.readouterr().out
