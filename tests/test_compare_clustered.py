@@ -10,8 +10,9 @@ import random
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-import soakspec.compare as C
-from soakspec.compare import DesignEffects, compare
+import soakspec.compare.intervals as C
+from soakspec.compare import compare
+from soakspec.compare.intervals import DesignEffects
 from soakspec.judge.testing import EvidenceBuilder, small_spec
 
 SPEC = small_spec(duration="4m", bucket="1m")
@@ -115,7 +116,7 @@ def test_calibration_of_clustered_rows():
     independent draws about a third of the rows read a change that is not there; with the
     design effect at most a few in 120 (the family allows 0.4 in expectation; the estimate's
     noise costs a little), and a 10 % slowdown is still found in nearly every row."""
-    from soakspec.compare import Sorted, _relative, effective, percentile_draws
+    from soakspec.compare.intervals import Sorted, _relative, effective, percentile_draws
     from soakspec.judge import stats
 
     def run(rng: np.random.Generator, shift: float = 1.0) -> np.ndarray:

@@ -22,6 +22,7 @@ from hypothesis import given, settings, strategies as st
 
 from soakspec import cli
 from soakspec import compare as C
+from soakspec.compare import intervals
 from soakspec.judge.testing import EvidenceBuilder, small_spec
 
 _LV = types.SimpleNamespace(label="concurrency 8", index=0)
@@ -72,8 +73,8 @@ def test_two_runs_of_one_configuration_read_a_significant_row_at_most_alpha_of_t
     reps = 120
     corrected = uncorrected = 0
     for t in range(reps):
-        fam = _family(np.random.default_rng(1000 + t), t, FAMILY, C.min_resamples(M, CONFIDENCE))
-        raw = _family(np.random.default_rng(1000 + t), t, C.family_confidence(CONFIDENCE, 1), C.min_resamples(1, CONFIDENCE))
+        fam = _family(np.random.default_rng(1000 + t), t, FAMILY, intervals.min_resamples(M, CONFIDENCE))
+        raw = _family(np.random.default_rng(1000 + t), t, C.family_confidence(CONFIDENCE, 1), intervals.min_resamples(1, CONFIDENCE))
         corrected += any(r.verdict in SIGNIFICANT for r in fam)
         uncorrected += any(r.verdict in SIGNIFICANT for r in raw)
         assert all(r.verdict not in ("missing", "insufficient samples") for r in fam)
@@ -89,7 +90,7 @@ def test_a_real_shift_in_one_row_is_still_found():
     reps = 50
     found = others = 0
     for t in range(reps):
-        fam = _family(np.random.default_rng(5000 + t), t, FAMILY, C.min_resamples(M, CONFIDENCE), errors_new=0.05)
+        fam = _family(np.random.default_rng(5000 + t), t, FAMILY, intervals.min_resamples(M, CONFIDENCE), errors_new=0.05)
         shifted = fam[8]
         assert (shifted.metric, shifted.stat) == ("errors", "ratio")
         found += shifted.verdict == "regression"

@@ -130,7 +130,7 @@ def test_phases_pair_by_name_and_a_phase_whose_load_changed_says_so():
 def test_the_outputs_list_the_unpaired_levels(tmp_path, capsys, monkeypatch):
     # what is listed, not the intervals: without the tail-draw floor (60 rows: 24 000 draws a
     # side) the three renderings take a second, not twenty
-    monkeypatch.setattr("soakspec.compare.MIN_TAIL_DRAWS", 0)
+    monkeypatch.setattr("soakspec.compare.intervals.MIN_TAIL_DRAWS", 0)
     base = probes_run(BASE_PROBES, 1).write(tmp_path / "base")
     new = probes_run(NEW_PROBES, 2).write(tmp_path / "new")
     assert main(["compare", str(base), str(new), "--resamples", "300", "--format", "json"]) == 0
@@ -153,7 +153,7 @@ def test_a_level_the_base_measured_and_the_new_run_lacks_makes_a_plain_compariso
     """Not a sweep: the base ran concurrency 4 and 8, the new run only 4. It said `Comparison:
     PASS` (exit 0) with "1 unpaired level": the new run never measured concurrency 8, and missing
     data is never a pass. A level only the new run has is new coverage: still PASS."""
-    monkeypatch.setattr("soakspec.compare.MIN_TAIL_DRAWS", 0)
+    monkeypatch.setattr("soakspec.compare.intervals.MIN_TAIL_DRAWS", 0)
     both = probes_run([4, 8], 1, sweep=False).write(tmp_path / "both")
     four = probes_run([4], 2, sweep=False).write(tmp_path / "four")
     assert main(["compare", str(both), str(four), "--resamples", "200"]) == 3
@@ -172,7 +172,7 @@ def test_a_backend_the_base_measured_and_the_new_run_lacks_makes_the_comparison_
     """The base (a combined run) has backends a and b, the new run only a: it said PASS with
     only the note "backend 'b' is only in the base run". It is INCONCLUSIVE, naming b; the other
     way round (b only in the new run) is new coverage, a note."""
-    monkeypatch.setattr("soakspec.compare.MIN_TAIL_DRAWS", 0)
+    monkeypatch.setattr("soakspec.compare.intervals.MIN_TAIL_DRAWS", 0)
     two = EvidenceBuilder(small_spec(backends=("a", "b"), follow_up=False), per_bucket=20, run_id="two").write(tmp_path / "two")
     one = EvidenceBuilder(small_spec(follow_up=False), per_bucket=20, run_id="one").write(tmp_path / "one")
     assert main(["compare", str(two), str(one), "--resamples", "200", "--format", "json"]) == 3

@@ -137,7 +137,7 @@ def test_binned_gaps_bound_every_draw_and_the_interval_the_gaps_themselves_give(
     """Binned sides: each draw's percentile lies within the bounds drawn for it (the same
     resamples), within a bin's width of them, and the row's interval holds the interval the
     gaps held exactly give -- a change smaller than a bin is never read as a whole bin."""
-    from soakspec.compare import _binned_interval, percentile_draw_bounds
+    from soakspec.compare.intervals import _binned_interval, percentile_draw_bounds
     from soakspec.judge import gapbins
 
     edges = gapbins.edges_for(thresholds)

@@ -10,6 +10,7 @@ import types
 import numpy as np
 
 from soakspec import compare as C
+from soakspec.compare import intervals
 
 
 def _row(metric: str, stat: str, xb, xn, rows: int = 15, confidence: float = 0.95, seed: int = 0, units=None, sides=None):
@@ -27,7 +28,7 @@ def _row(metric: str, stat: str, xb, xn, rows: int = 15, confidence: float = 0.9
     else:
         sides = ((list(xb), len(xb)), (list(xn), len(xn)))
     row_conf = 1 - (1 - confidence) / rows
-    return C._row(p, confidence, row_conf, max(C.DEFAULT_RESAMPLES, C.min_resamples(rows, confidence)), seed, sides)
+    return C._row(p, confidence, row_conf, max(intervals.DEFAULT_RESAMPLES, intervals.min_resamples(rows, confidence)), seed, sides)
 
 
 def test_a_mean_over_few_buckets_of_one_configuration_rarely_reads_as_a_change():

@@ -292,7 +292,7 @@ def test_too_few_resamples_are_raised_to_what_the_rows_tails_need(tmp_path, caps
     assert main(["compare", str(base), str(new)]) == 0
     out, err = capsys.readouterr()
     assert "seeded bootstrap (6000 draws" in out and "raised" not in err
-    from soakspec.compare import min_resamples
+    from soakspec.compare.intervals import min_resamples
 
     assert (min_resamples(15, 0.95), min_resamples(56, 0.95), min_resamples(1, 0.5)) == (6000, 22400, 100)
 

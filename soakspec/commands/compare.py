@@ -120,7 +120,8 @@ def _lag_checked(spec: Any, rules: Sequence[Any]) -> bool:
 
 def main(args: argparse.Namespace) -> int:
     from soakspec.cli import UsageError
-    from soakspec.compare import MIN_RESAMPLES, MIN_TAIL_DRAWS, RuleError, parse_rule
+    from soakspec.compare import RuleError, parse_rule
+    from soakspec.compare.intervals import MIN_RESAMPLES, MIN_TAIL_DRAWS
     from soakspec.compare.render import render
     from soakspec.evidence.io import EvidenceError
 
