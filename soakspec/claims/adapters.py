@@ -700,7 +700,7 @@ def _number(row: dict[str, Any], key: str, where: str) -> float | None:
 
 
 def _change_row(row: Any, where: str) -> ChangeRow | None:
-    from soakspec.compare import BY_NAME, MAX_TURNS
+    from soakspec.compare.metrics import BY_NAME, MAX_TURNS
 
     if not isinstance(row, dict):
         raise AdapterError(f"{where}: not a JSON object")

@@ -81,7 +81,8 @@ def comparison_of(command: str, base_dir: str, new_dir: str, spec_file: str | No
     written, nothing executed. `lint-claims --compare BASE NEW` checks a document against it.
     The rules are the spec's `compare` block's (`spec_file`, else the new run's), then `rules`."""
     from soakspec.commands.gate import load_for_judging
-    from soakspec.compare import RunSamples, compare, rules_of
+    from soakspec.compare import RunSamples, compare
+    from soakspec.compare.rules import rules_of
 
     # The base run is read whole -- its records re-derived as the gate does, every level's
     # samples taken -- and its table let go before the new run is read: two day-long runs'
@@ -113,14 +114,14 @@ def _lag_checked(spec: Any, rules: Sequence[Any]) -> bool:
     --require, the compare block of the spec it is judged with -- is on ttft or latency (the new
     run's spec is read after the base's table went; its own rule alone is checked where --spec
     or --require names it too)."""
-    from soakspec.compare import rules_of
+    from soakspec.compare.rules import rules_of
 
     return any(r.metric in ("ttft", "latency") for r in list(rules_of(spec)) + list(rules))
 
 
 def main(args: argparse.Namespace) -> int:
     from soakspec.cli import UsageError
-    from soakspec.compare import RuleError, parse_rule
+    from soakspec.compare.rules import RuleError, parse_rule
     from soakspec.compare.intervals import MIN_RESAMPLES, MIN_TAIL_DRAWS
     from soakspec.compare.render import render
     from soakspec.evidence.io import EvidenceError
