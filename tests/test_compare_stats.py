@@ -10,7 +10,7 @@ import types
 import numpy as np
 
 from soakspec import compare as C
-from soakspec.compare import intervals
+from soakspec.compare import intervals, samples as S
 
 
 def _row(metric: str, stat: str, xb, xn, rows: int = 15, confidence: float = 0.95, seed: int = 0, units=None, sides=None):
@@ -77,7 +77,7 @@ def test_itl_of_requests_of_unequal_lengths_rests_on_their_effective_number():
         sides = []
         for _ in range(2):
             lv = types.SimpleNamespace(records=_itl_records(rng, 300))
-            sides.append(C._samples(None, lv, cm))
+            sides.append(S._samples(None, lv, cm))
         (xb, eb), (xn, en) = (s[:2] for s in sides)
         assert eb < 100  # ~0.13 x 300 requests
         called += _row("itl", "p50", None, None, seed=t, sides=tuple(sides)).verdict != "no significant change"

@@ -239,7 +239,7 @@ def test_the_report_row_and_results_say_the_min_duration_ended_the_level(tmp_pat
 
 
 def test_compare_pairs_a_min_duration_level_only_with_one_of_the_same_minimum():
-    from soakspec.compare import _identity
+    from soakspec.compare.matching import _identity
 
     class Lv:
         workload = "w"

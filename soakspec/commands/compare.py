@@ -81,7 +81,8 @@ def comparison_of(command: str, base_dir: str, new_dir: str, spec_file: str | No
     written, nothing executed. `lint-claims --compare BASE NEW` checks a document against it.
     The rules are the spec's `compare` block's (`spec_file`, else the new run's), then `rules`."""
     from soakspec.commands.gate import load_for_judging
-    from soakspec.compare import RunSamples, compare
+    from soakspec.compare import compare
+    from soakspec.compare.samples import RunSamples
     from soakspec.compare.rules import rules_of
 
     # The base run is read whole -- its records re-derived as the gate does, every level's

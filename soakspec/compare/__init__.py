@@ -7,27 +7,6 @@
     rules_of(spec) -> tuple[CompareRule]   a spec's `compare { require regression(p99(ttft)) <= 5% }`
     Comparison.to_json() / soakspec.compare.render.render(comparison, fmt)
 
-Matching. Backends are matched by name; when the two runs have no backend name in common and
-each has exactly one backend, those two are paired (a renamed backend, said in a note). Levels
-are paired by what they are, never by their position: within a workload, a named phase by its
-name (a phase whose load differs between the runs is still compared, and the row says so),
-any other level by its load -- mode, concurrency, rate, batch size, a ramp's or a replay's
-shape, a count-bounded level's `requests_per_level` (it pairs only with a level of the same
-count, never with a timed one): what results.json names it by (`concurrency 8`, `rate 2 rps`,
-`concurrency 8, 100 requests`). A sweep's probes run in
-the order its search took, and two searches take different paths (1, 12, 6, 3 ... against
-1, 16, 8 ...): probe k of one run and probe k of the other are different loads, and only the
-loads both probed are compared. A load a workload ran more than once pairs its k-th run in the
-base with its k-th in the new run. A level with no counterpart is listed as unpaired
-(`Comparison.unpaired`, "only in the base run" / "only in the new run"); it has no rows, does
-not count in the family-wise correction, and no rule looks at it. What the new run lacks makes
-the comparison INCONCLUSIVE (`_lacking`, in `Comparison.reasons`): a backend only the base run
-has, and a level only the base run has unless the backend's levels are a sweep's probes (a
-search's path differs run to run by design). What only the new run has is new coverage.
-Two sweeps compare their figure, the highest load that held, too (`soakspec.compare.sweep`:
-`Comparison.sweeps`, decided within the searches' step; a drop beyond it FAILs the comparison,
-an INCONCLUSIVE probe in either run makes it INCONCLUSIVE).
-
 Errors. `ratio(errors)`'s change is the difference `new - base` of the two shares, in
 percentage points (a base share of 0, the usual one, has no ratio), and its interval is
 Newcombe's hybrid score interval of a difference of two independent proportions (each side's
@@ -40,22 +19,6 @@ Statistic: the relative change `new / base - 1` of the row's statistic, with a c
 interval from a seeded, deterministic bootstrap (percentile interval, `resamples` draws per
 side, `random.Random(seed)` derived per row so rows do not depend on each other's order); a
 mean over buckets from Fieller's t interval instead ("Means" below).
-
-Samples. A draw only ever reads the sample's j-th smallest value, so a level's sample is held
-as a `Sorted` (n, at(j), vectorised take(js)), never as a list of Python floats: itl's gaps in
-the gate's counted form (`Distribution.counted`: distinct values ascending and cumulative
-counts, j-th smallest = the first value whose cumulative count exceeds j), which is O(distinct
-gaps) -- a few thousand microsecond values for the ~10^9 gaps of a day-long soak that one float
-each would hold in tens of GB; a per-request metric as one sorted float64 array (8 bytes a
-request, where a list of Python floats took ~32) -- 4 where a run read up front holds it
-(`Sorted.compact`: uint32 offsets of a power of two, where every value is one exactly). itl's values() are asked for only when its gaps
-cannot be counted (not whole microseconds). A (level pair, metric)'s two samples are built once
-for all its statistics and dropped before the next pair's -- but the command's base run, whose
-samples are all read up front (`RunSamples.read(keep=False)`) so that its table is let go
-before the new run is read: two day-long runs' tables do not fit together (10^7 requests a
-side: 1.2 GiB), one table and the other run's samples do. The Beta variates are drawn one at a
-time in the same order as ever and only the look-ups are vectorised, so the figures are those
-the sorted list gave, bit for bit.
 
 Verdict per row (direction: for errors and the durations higher is worse; for qps and
 throughput lower is worse):
@@ -127,36 +90,25 @@ TTFT and latency row, and a comparison across machines is still a comparison."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
-import numpy as np
 
-from soakspec.evidence import netpath
 from soakspec.evidence.record import CANCELLED_BY_ABORT
 from soakspec.exitcodes import ExitCode
 from soakspec.judge import stats
 from soakspec.judge.common import Kind, fold, format_value
 from soakspec.judge.evidence import Evidence
-from soakspec.judge.index import BackendIndex, LevelIndex, capped, index
-from soakspec.judge.joined import _time_scale, join
-from soakspec.judge.measures import Distribution, PerBucket, PerToken, mask
-from soakspec.judge.measures import Outcome as OutcomeCount
-from soakspec.judge.registry import metric
-from soakspec.judge.scope import rows_by_turn
-from soakspec.judge.sweep import sweep_workload
-from soakspec.compare.sweep import SweepFigure, SweepRow, figures, pair_rows
-from soakspec.judge.table import Rows
+from soakspec.judge.index import capped
+from soakspec.compare.sweep import SweepRow, pair_rows
 from soakspec.judge.workload import ran_spec, workload_differences, workload_shape  # noqa: F401  (workload_shape: read from here too)
-from soakspec.plan import shape_identity
-from soakspec.units import format_duration
-from soakspec.compare.intervals import DEFAULT_RESAMPLES, MIN_TAIL_DRAWS, Sorted, percentile_draws, mean_ratio_interval, mean_draws, _seed, _relative, DesignEffects, batch_effect, effective, _binned_interval, wilson, proportion_difference, family_confidence, min_resamples
+from soakspec.compare.intervals import DEFAULT_RESAMPLES, MIN_TAIL_DRAWS, Sorted, percentile_draws, mean_ratio_interval, mean_draws, _seed, _relative, DesignEffects, effective, _binned_interval, wilson, proportion_difference, family_confidence, min_resamples
 from soakspec.compare.metrics import CompareMetric, METRICS, BY_NAME, TURN_METRICS, MAX_TURNS, _q
 from soakspec.compare.rules import CompareRule, RuleError, parse_rule, rules_of
+from soakspec.compare.samples import Side, Samples, _RAN, _LevelSamples, LevelSamples, RunSamples, _open_uncapped, LAG_P50, ClientHealth
+from soakspec.compare.matching import Unpaired, _pairs, _path_notes, _warmup_notes, _lacking, _load, _level_pairs
 
 SCHEMA_VERSION = 1
 MIN_BUCKETS = 4
@@ -235,26 +187,6 @@ class Row:
 
 
 @dataclasses.dataclass(frozen=True)
-class Unpaired:
-    """A level of one run that the other run has no level of the same load (or phase) for."""
-
-    side: Literal["base", "new"]  # the run it is in
-    backend: str  # that run's backend name
-    workload: str
-    level: int  # its index in that run
-    label: str  # as results.json names it
-
-    def describe(self) -> str:
-        other = "new" if self.side == "base" else "base"
-        return (f"{self.backend} · {self.label} (level {self.level} of {self.workload}): only in the {self.side} run, "
-                f"no level of this load in the {other} run")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"side": self.side, "backend": self.backend, "workload": self.workload, "level": self.level,
-                "label": self.label, "message": self.describe()}
-
-
-@dataclasses.dataclass(frozen=True)
 class RuleOutcome:
     rule: CompareRule
     status: Literal["pass", "fail", "inconclusive", "warn"]  # warn: a warn rule that does not hold
@@ -264,36 +196,6 @@ class RuleOutcome:
     def to_json(self) -> dict[str, Any]:
         return {"rule": self.rule.text(), "severity": self.rule.severity, "status": self.status, "message": self.message,
                 "rows": list(self.rows)}
-
-
-@dataclasses.dataclass(frozen=True)
-class Side:
-    dir: str
-    run_id: str | None
-    manifest_sha256: str | None
-    spec_sha256: str | None
-    verified: bool  # every artifact re-hashed and matched, every file parsed
-    problems: tuple[str, ...]  # what did not verify (tampered, malformed)
-    incomplete: tuple[str, ...] = ()  # the run says it did not finish
-    rehearsal: bool = False  # `run --rehearse`: every backend was the simulator (manifest "rehearsal")
-    time_scale: float = 1.0  # `run --time-scale`: every duration shrunk (manifest "time_scale")
-    bad_time_scale: bool = False  # the manifest's time_scale is not in (0, 1]
-
-    def scaled(self) -> str | None:
-        """What makes this run not a full-scale run of its real backends, in words; None if nothing."""
-        what = []
-        if self.rehearsal:
-            what.append("a rehearsal against the simulator")
-        if self.bad_time_scale:
-            what.append("of an unreadable time scale")
-        elif self.time_scale != 1:
-            what.append(f"time-scaled by {self.time_scale:g}")
-        return " and ".join(what) or None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dir": self.dir, "run_id": self.run_id, "manifest_sha256": self.manifest_sha256,
-                "spec_sha256": self.spec_sha256, "verified": self.verified, "problems": list(self.problems),
-                "incomplete": list(self.incomplete), "rehearsal": self.rehearsal, "time_scale": self.time_scale}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,15 +285,6 @@ def signed_percent(v: float, unit: str = "%") -> str:
     return text + unit
 
 
-def _side(dir: str, ev: Evidence) -> Side:
-    integ = ev.integrity
-    problems = tuple(f"{f.path}: {f.message}" for f in (*integ.tampered, *integ.malformed))
-    incomplete = tuple(f"{f.path}: {f.message}" for f in integ.incomplete)
-    scale, bad = _time_scale(ev.manifest)
-    return Side(dir, ev.run_id, ev.manifest_sha256, ev.spec_sha256, bool(integ.verified) and not problems, problems, incomplete,
-                ev.manifest.get("rehearsal") is True, scale, bad)
-
-
 def _full_scale(sb: Side, sn: Side, allow_rehearsal: bool, notes: list[str]) -> list[str]:
     """Why a rehearsal or a time-scaled run on either side makes the comparison INCONCLUSIVE
     (module doc, "Comparable runs"); a note instead where the spec allows rehearsals and both
@@ -410,375 +303,6 @@ def _full_scale(sb: Side, sn: Side, allow_rehearsal: bool, notes: list[str]) -> 
            "a scaled run never passes a real gate (with gate { allow_rehearsal = true }, two runs scaled alike compare)")
     them = "it says" if len(scaled) == 1 else "they say"
     return [f"{said}: {them} nothing about the real backends at full duration, and {why}"]
-
-
-def _pairs(base: Sequence[BackendSamples], new: Sequence[BackendSamples], notes: list[str]) -> list[tuple[BackendSamples, BackendSamples]]:
-    by_new = {b.name: b for b in new}
-    pairs = [(b, by_new[b.name]) for b in base if b.name in by_new]
-    if not pairs and len(base) == 1 and len(new) == 1:
-        notes.append(f"no backend name in common: comparing base {base[0].name!r} with new {new[0].name!r}")
-        return [(base[0], new[0])]
-    names = {b.name for b, _ in pairs}
-    for b in new:
-        if b.name not in names and not (len(pairs) == 1 and pairs[0][1] is b):
-            notes.append(f"backend {b.name!r} is only in the new run")
-    return pairs
-
-
-def network_path(entry: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """How the load generator reached a backend, from its manifest entry: (where -- "this
-    machine's loopback" or "host H", from its url (`netpath.is_loopback`, the runner's own test)
-    -- and the hop in between -- "the launched server's own socket" or "a port forward", from a
-    launched server's `port_listener`: its `via`, or in evidence from before `via` its reason
-    text, `netpath.hop`), each None where the manifest does not say (no url; a `url` backend's
-    listener is never checked; one /proc could not read). A port forward (docker-proxy,
-    rootlessport; no listener in this network namespace) or another host adds latency of its
-    own to every TTFT and latency (AIPerf PR #850)."""
-    url = entry.get("url")
-    where = None
-    if isinstance(url, str):
-        try:
-            host = urlsplit(url).hostname
-        except ValueError:
-            host = None
-        if host:
-            where = "this machine's loopback" if netpath.is_loopback(host) else f"host {host}"
-    pl = entry.get("port_listener")
-    return where, netpath.hop(pl) if isinstance(pl, Mapping) else None
-
-
-def _path_notes(pairs: Sequence[tuple[BackendSamples, BackendSamples]], notes: list[str]) -> None:
-    """A note for each paired backend the two runs reached by another network path, where both
-    manifests say it (`network_path`): the rows cannot tell the path's latency from the server's."""
-    for b, n in pairs:
-        (wb, hb), (wn, hn) = b.path, n.path
-        if wb is None or wn is None or (wb == wn and (hb is None or hn is None or hb == hn)):
-            continue
-        said = [f"{which} on {w}" + (f", {h}" if h is not None else "") for which, w, h in (("base", wb, hb), ("new", wn, hn))]
-        notes.append(f"backend {b.name!r} was reached by another network path: {said[0]}; {said[1]} -- a port forward "
-                     "or another host adds latency of its own to every TTFT and latency (AIPerf PR #850): a change in "
-                     "those rows may be the path's, not the server's")
-
-
-def warmup_of(entry: Mapping[str, Any]) -> str | None:
-    """A level's warmup in words, from its manifest entry: "20 requests" (counted:
-    `warmup_requests`), "30s" or "none" (timed: `warmup_s`); None where the entry says neither."""
-    n = entry.get("warmup_requests")
-    if type(n) is int:
-        return f"{n} requests"
-    s = entry.get("warmup_s")
-    if not isinstance(s, (int, float)) or isinstance(s, bool):
-        return None
-    return format_duration(float(s)) if s > 0 else "none"
-
-
-def _warmup_notes(backend: str, level_pairs: Sequence[tuple[LevelSamples, LevelSamples]], notes: list[str]) -> None:
-    """A note for each paired level the two runs warmed up differently (a counted warmup against
-    a timed one, or another N or duration: `warmup_of`), levels with the same difference in one
-    note. Levels pair by their load, not their warmup, and the measured window begins on a server
-    the warmup left (its prefix cache, its batch sizes, a compiled graph): the rows cannot tell
-    the warmup's effect from the server's. A note, as another network path is: both runs
-    measured what they say."""
-    by: dict[tuple[str, str], list[str]] = {}
-    for a, z in level_pairs:
-        wa, wz = warmup_of(a.entry), warmup_of(z.entry)
-        if wa is not None and wz is not None and wa != wz:
-            by.setdefault((wa, wz), []).append(a.label)
-    for (wa, wz), labels in by.items():
-        notes.append(f"backend {backend!r} {'level' if len(labels) == 1 else 'levels'} {'; '.join(labels)} warmed up "
-                     f"differently: base warmup {wa}, new warmup {wz} -- the measured window began on a server warmed "
-                     "otherwise (its caches, its batches): a change in those rows may be the warmup's, not the server's")
-
-
-def _lacking(base: Sequence[BackendSamples], pairs: Sequence[tuple[BackendSamples, BackendSamples]],
-             unpaired: Sequence[Unpaired]) -> list[str]:
-    """Why the comparison is INCONCLUSIVE when the new run lacks what the base run measured: a
-    backend, or a level of a backend that is not a sweep's (module doc, "Matching"). Missing data
-    is never a pass; what only the new run has is new coverage, and a sweep's probes differ
-    from run to run by design."""
-    paired = {id(b) for b, _ in pairs}
-    sweeps = {b.name for pair in pairs for b in pair if b.sweep}
-    what = [f"backend {b.name!r}" for b in base if id(b) not in paired]
-    what += [f"{u.backend} · {u.label} (level {u.level} of {u.workload})" for u in unpaired
-             if u.side == "base" and u.backend not in sweeps]
-    if not what:
-        return []
-    return ["the new run lacks what the base run measured (" + "; ".join(what) + "): not compared, and missing data "
-            "is never a pass"]
-
-
-def _load(lv: LevelSamples) -> str:
-    e = lv.entry
-    return f"{e.get('mode')} concurrency={e.get('concurrency')} rate={e.get('rate')}"
-
-
-def _identity(lv: LevelSamples) -> str:
-    """What a level is, for pairing (module doc): its workload and its phase's name, or else
-    its load as the manifest entry gives it (a rate to 9 significant digits: the same spec
-    value read back, not float noise; a replay's trace by its content, not the path it was read
-    from: `plan.shape_identity`)."""
-    e = lv.entry
-    if e.get("phase") is not None:
-        what: list[Any] = ["phase", e.get("phase")]
-    else:
-        rate = e.get("rate")
-        if isinstance(rate, float):
-            rate = float(f"{rate:.9g}")
-        what = [e.get("mode"), e.get("concurrency"), rate, e.get("batch_requests"), shape_identity(e.get("shape"))]
-        count = e.get("requests_per_level")
-        if type(count) is int:  # a count-bounded level is not its timed namesake (nor one of another count)
-            what.append(["requests_per_level", count])
-            least = e.get("min_duration_s")
-            if isinstance(least, int | float) and not isinstance(least, bool):  # nor one with another min_duration
-                what.append(["min_duration_s", float(f"{least:.9g}")])
-    return json.dumps([lv.workload, *what], sort_keys=True, default=str)
-
-
-def _level_pairs(base: BackendSamples, new: BackendSamples) -> tuple[list[tuple[LevelSamples, LevelSamples]], list[Unpaired]]:
-    """The two backends' levels paired by `_identity`, in the base's run order (the k-th of an
-    identity in one run with the k-th in the other), and those left unpaired (base's, then new's)."""
-    waiting: dict[str, list[LevelSamples]] = {}
-    for lv in new.levels:
-        waiting.setdefault(_identity(lv), []).append(lv)
-    pairs: list[tuple[LevelSamples, LevelSamples]] = []
-    unpaired: list[Unpaired] = []
-    for lv in base.levels:
-        same = waiting.get(_identity(lv))
-        if same:
-            pairs.append((lv, same.pop(0)))
-        else:
-            unpaired.append(Unpaired("base", base.name, lv.workload, lv.index, lv.label))
-    taken = {id(z) for _, z in pairs}
-    unpaired += [Unpaired("new", new.name, lv.workload, lv.index, lv.label) for lv in new.levels if id(lv) not in taken]
-    return pairs, unpaired
-
-
-Samples = tuple[Any, ...]  # (a Sorted sample, or a list of bucket values; the independent samples among them[; itl: the requests][; per-request metrics: their DesignEffects])
-
-
-def _samples(bi: BackendIndex, lv: LevelIndex, cm: CompareMetric) -> Samples:
-    """(the values, the number of independent samples among them). A distribution's values
-    are a `Sorted` (module doc, "Samples"): the gate's counted form where the metric has one
-    (itl's gaps, `Distribution.counted`), its values() array otherwise -- itl's values() only
-    where its gaps cannot be counted (not whole microseconds)."""
-    impl = metric(cm.name)
-    if cm.kind == "proportion":  # (how many of the level's measured requests it counts, how many there are,
-        #                           the design effect of their 0/1 outcomes in start order: failures come in bursts)
-        assert isinstance(impl, OutcomeCount)
-        hits = _outcomes(lv.records, impl)
-        return int(np.count_nonzero(hits)), len(hits), batch_effect(hits) or 1.0
-    if cm.kind == "distribution":
-        return _distribution(lv.records, cm)
-    assert isinstance(impl, PerBucket)
-    vals = [v for w in lv.buckets if (v := impl.of(bi, w)) is not None]
-    return vals, len(vals)
-
-
-def _outcomes(records: Any, impl: OutcomeCount) -> np.ndarray:
-    """Whether each of `records` is counted by `impl`, in the order the requests started (the
-    judge's order of a level's rows): a chunk of the table at a time, or row by row."""
-    if isinstance(records, Rows):
-        parts = [mask(Rows.of(t, sub), impl.counts) for t, sub in records.chunks()]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
-    return np.fromiter((bool(impl.counts(r)) for r in records), dtype=bool)
-
-
-def _distribution(records: Any, cm: CompareMetric) -> Samples:
-    """`_samples` of a distribution over `records` (a level's, or one of its turns')."""
-    impl = metric(cm.name)
-    assert isinstance(impl, Distribution)
-    c = impl.counted(records)
-    if c is not None:
-        xs = Sorted.counted(c)
-        effects = DesignEffects.NONE
-    else:
-        vals = np.asarray(impl.values(records), dtype=np.float64)  # in the order the requests started
-        effects = DesignEffects.NONE if cm.per_request_samples else DesignEffects.of(vals)
-        xs = Sorted.of(vals, consume=True)
-    if cm.per_request_samples:  # (gaps, Kish's effective requests, requests): module doc, "Independence"
-        assert isinstance(impl, PerToken)
-        kish, requests = impl.draws(records)  # as the gate counts them, a chunk of requests at a time
-        return xs, kish, requests
-    return xs, xs.n, xs.n, effects
-
-
-class _TurnSamples(Mapping[int, Mapping[str, Samples]]):
-    """A multi-turn level's samples per user turn (`samples[turn][name]`), read from the run's
-    table when asked; its turns (`rows_by_turn`, the turns past MAX_TURNS as one) grouped on
-    first use. A single-turn level has none, found without reading its rows."""
-
-    __slots__ = ("lv", "_turns")
-
-    def __init__(self, lv: LevelIndex) -> None:
-        self.lv = lv
-        self._turns: dict[int, Any] | None = None
-
-    def _grouped(self) -> dict[int, Any]:
-        if self._turns is None:
-            self._turns = dict(rows_by_turn(self.lv.records, MAX_TURNS))
-        return self._turns
-
-    def __getitem__(self, turn: int) -> Mapping[str, Samples]:
-        rows = self._grouped()[turn]
-        return _LazyMetrics(lambda name: _distribution(rows, BY_NAME[name]))
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._grouped())
-
-    def __len__(self) -> int:
-        return len(self._grouped())
-
-
-class _LazyMetrics(Mapping[str, Samples]):
-    """Samples a metric at a time, computed when asked (`get(name)`)."""
-
-    __slots__ = ("get",)
-
-    def __init__(self, get: Callable[[str], Samples]) -> None:
-        self.get = get
-
-    def __getitem__(self, name: str) -> Samples:
-        return self.get(name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(cm.name for cm, _ in TURN_METRICS)
-
-    def __len__(self) -> int:
-        return len(TURN_METRICS)
-
-
-def _turn_samples(lv: LevelIndex) -> dict[int, dict[str, Samples]]:
-    """`_TurnSamples` read up front (`RunSamples.read(keep=False)`)."""
-    wanted = [cm for cm, _ in TURN_METRICS if not cm.capped_only or capped(lv.entry)]
-    return {k: {cm.name: _compact(_distribution(rows, cm)) for cm in wanted} for k, rows in rows_by_turn(lv.records, MAX_TURNS)}
-
-
-def _compact(samples: Samples) -> Samples:
-    """`samples` with its sorted values held in 4 bytes a value where that is exact
-    (`Sorted.compact`): what a run read up front holds until the rows are made."""
-    if samples and isinstance(samples[0], Sorted):
-        return (samples[0].compact(),) + tuple(samples[1:])
-    return samples
-
-
-_RAN = object()  # `RunSamples.read`'s default judge: the spec the run ran
-
-
-class _LevelSamples:
-    """A level's samples, a metric at a time (`samples[name]`): read from the run's table when
-    asked (`RunSamples.read(..., keep=True)`: the table stays), or read once, up front, into a
-    dict (`keep=False`: the table can go)."""
-
-    __slots__ = ("bi", "lv")
-
-    def __init__(self, bi: BackendIndex, lv: LevelIndex) -> None:
-        self.bi, self.lv = bi, lv
-
-    def __getitem__(self, name: str) -> Samples:
-        return _samples(self.bi, self.lv, BY_NAME[name])
-
-    def lag_p50(self) -> float | None:
-        return _lag_p50(self.lv)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class LevelSamples:
-    """A level of one run as compare reads it: what pairs it (`_identity`: its workload and
-    manifest entry), its label, every metric's samples, the measured requests its runner
-    cancelled itself when the run was interrupted (`_cancelled_by_abort`), and a multi-turn
-    level's samples per user turn (`TURN_METRICS`; empty for any other level)."""
-
-    backend: str
-    workload: str
-    index: int
-    label: str
-    entry: Mapping[str, Any]
-    samples: Mapping[str, Samples] | _LevelSamples
-    cancelled_by_abort: int
-    turns: Mapping[int, Mapping[str, Samples]] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class BackendSamples:
-    name: str
-    levels: tuple[LevelSamples, ...]
-    sweep: bool = False  # its levels are a sweep's probes (a search's path: they differ run to run)
-    path: tuple[str | None, str | None] = (None, None)  # how the load reached it (`network_path`)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class RunSamples:
-    """What compare needs of one run: its side (verified, complete, scaled), the spec it ran,
-    its levels' samples and whether its load generator kept up. `read(ev, keep=False)` reads
-    every level's samples at once and holds none of the run's table, so that the command reads
-    the base run, lets its table go, and only then reads the new one: compare of two day-long
-    runs held both tables (10^7 requests a side: 1.2 GiB), where one table and the other's
-    samples (ttft, tpot, latency: 12 bytes a request held compactly -- 24 where a value is not a
-    whole multiple of one power of two, `Sorted.compact` -- 8 more at a level that declares
-    max_concurrency for sent_ttft and sent_latency, and at a multi-turn level ttft per turn, with
-    sent_ttft where capped; itl counted by value) are enough."""
-
-    side: Side
-    ran: Any
-    backends: tuple[BackendSamples, ...]
-    health: ClientHealth | None
-    sweeps: tuple[SweepFigure, ...] = ()  # each backend's sweep figure, re-judged as the gate does (compare/sweep.py)
-    # whether its gate judges the load generator (`client_healthy`, on by default): where either
-    # run's says `client_healthy = false`, a lag-decided FAIL stands as measured (`_lag_decided`)
-    client_judged: bool = True
-
-    @classmethod
-    def read(cls, ev: Evidence, *, dir: str = "run", judge: Any = _RAN, ran: Any = None, keep: bool = True,
-             from_send: bool = False) -> RunSamples:
-        """`ev` joined as the gate joins it (re-derived by `judge`, by default `ran`: the spec
-        the run ran, read from its manifest when not given; None: read as stored; every sweep
-        probe kept). `keep`: the samples are read from the table when a row asks (the table
-        stays with them). `from_send` (keep=False only): an open-loop level without
-        max_concurrency keeps its sent_ttft and sent_latency samples and its schedule lag's p50
-        too, for a failing ttft or latency rule's check from the send (`_lag_decided`); without
-        them such a FAIL stands, with a note."""
-        side = _side(dir, ev)
-        ran = ran if ran is not None else ran_spec(ev)
-        judge = ran if judge is _RAN else judge
-        run = join(judge, ev, whole=True) if judge is not None else None
-        indexes = run.indexes if run is not None else index(ev)
-        swept = ran is not None and sweep_workload(ran) is not None  # (a sweep spec has one backend)
-        backends = tuple(BackendSamples(bi.name, tuple(LevelSamples(
-            bi.name, lv.workload, lv.index, lv.label, lv.entry,
-            _LevelSamples(bi, lv) if keep else _read_up_front(bi, lv, from_send),
-            _cancelled_by_abort(lv), _TurnSamples(lv) if keep else _turn_samples(lv)) for lv in bi.levels),
-            swept or isinstance(bi.evidence.entry.get("sweep"), Mapping), network_path(bi.evidence.entry)) for bi in indexes)
-        sweeps = figures(judge, ev) if judge is not None else ()  # before the table may go: it reads each probe
-        return cls(side, ran, backends, _client_health(run), sweeps,
-                   client_judged=run is None or bool(getattr(run.gate, "client_healthy", True)))
-
-
-def _open_uncapped(entry: Mapping[str, Any]) -> bool:
-    """An open-loop level without max_concurrency: its ttft and latency hold the load
-    generator's own schedule lag, and nothing else, beyond sent_ttft and sent_latency."""
-    return entry.get("mode") == "open" and not capped(entry)
-
-
-def _lag_p50(lv: LevelIndex) -> float | None:
-    """The p50 of the level's schedule lag (the gate's `schedule_lag`: actual send less
-    intended start), None without one."""
-    vals = np.asarray(metric("schedule_lag").values(lv.records), dtype=np.float64)
-    return float(stats.percentile(vals, 50)) if len(vals) else None  # type: ignore[arg-type]
-
-
-def _read_up_front(bi: BackendIndex, lv: LevelIndex, from_send: bool) -> dict[str, Any]:
-    """A level's samples read at once (`RunSamples.read(keep=False)`): every metric's row
-    samples, sent_* where the level is capped, and with `from_send` at an open-loop level
-    without a cap sent_* and the schedule lag's p50 too (`_lag_decided`)."""
-    lagged = from_send and _open_uncapped(lv.entry)
-    out: dict[str, Any] = {cm.name: _compact(_samples(bi, lv, cm)) for cm in METRICS
-                           if not cm.capped_only or capped(lv.entry) or lagged}
-    if lagged:
-        out[LAG_P50] = _lag_p50(lv)
-    return out
-
-
-LAG_P50 = "schedule_lag p50"  # a level read up front with `from_send`: its schedule lag's p50 (`_read_up_front`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1127,36 +651,6 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
                       tuple(sweeps))
 
 
-@dataclasses.dataclass(frozen=True)
-class ClientHealth:
-    """Where a run's load generator may have distorted its timing figures (the gate's
-    client_healthy INCONCLUSIVE: saturated, or requests it never sent): `why` its message,
-    `levels` the (backend, workload, level index) of each bucket it names -- None where it
-    cannot say which (no client.jsonl, requests never sent): every level of the run."""
-
-    why: str
-    levels: frozenset[tuple[str | None, str | None, int | None]] | None
-
-    def covers(self, backend: str, workload: str, level: int | None) -> bool:
-        return self.levels is None or (backend, workload, level) in self.levels
-
-
-def _client_health(run: Any) -> ClientHealth | None:
-    """The run's `ClientHealth`, None when its load generator kept up or the run could not be
-    joined."""
-    from soakspec.judge.validity import CLIENT_NOT_SENT, client_healthy
-
-    if run is None:
-        return None
-    res = client_healthy(run)
-    if res.status != "inconclusive":
-        return None
-    found = res.failures or res.details
-    whole = not found or any(d.cause == CLIENT_NOT_SENT or d.where.backend is None or d.where.level is None for d in found)
-    levels = None if whole else frozenset((d.where.backend, d.where.workload, d.where.level) for d in found)
-    return ClientHealth(res.message, levels)
-
-
 def _client_blocked(rule: CompareRule, rows: Sequence[Row], health: Sequence[ClientHealth | None]) -> dict[int, str]:
     """The rows of a rule on a timing figure whose level either run's load generator did not
     keep up in (`ClientHealth.covers`), with why: such a row's FAIL may be the client's own lag,
@@ -1240,14 +734,6 @@ def _lag_of(lv: LevelSamples) -> float | None:
         return lv.samples.lag_p50()
     v: Any = lv.samples.get(LAG_P50)
     return v
-
-
-def _cancelled_by_abort(lv: LevelIndex) -> int:
-    """The level's measured requests the runner itself cancelled in flight when its run was
-    aborted (an interrupt): recorded disconnected, though the server did not end them."""
-    return lv.records.count(
-        lambda t, idx: t.label_is("outcome", "disconnected", idx) & t.label_is("error", CANCELLED_BY_ABORT, idx),
-        lambda r: r.get("outcome") == "disconnected" and r.get("error") == CANCELLED_BY_ABORT)
 
 
 def _abort_rises(rose: Sequence[Row], pending: Sequence[_Pending], row_conf: float) -> tuple[list[Row], list[str]]:
