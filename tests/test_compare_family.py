@@ -22,7 +22,7 @@ from hypothesis import given, settings, strategies as st
 
 from soakspec import cli
 from soakspec import compare as C
-from soakspec.compare import intervals
+from soakspec.compare import intervals, rows as R
 from soakspec.judge.testing import EvidenceBuilder, small_spec
 
 _LV = types.SimpleNamespace(label="concurrency 8", index=0)
@@ -34,7 +34,7 @@ def _row(metric: str, stat: str, sides, row_conf: float, resamples: int, seed: i
     cm = C.BY_NAME[metric]
     p = types.SimpleNamespace(cm=cm, stat=stat, key=("b", "b", "w", 0, metric, stat, key), base_lv=_LV, new_lv=_LV,
                               note=None, turn=None)
-    return C._row(p, 0.95, row_conf, resamples, seed, sides)
+    return R._row(p, 0.95, row_conf, resamples, seed, sides)
 
 
 def _distribution(xb, xn):

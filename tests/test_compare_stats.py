@@ -10,7 +10,7 @@ import types
 import numpy as np
 
 from soakspec import compare as C
-from soakspec.compare import intervals, samples as S
+from soakspec.compare import intervals, rows as R, samples as S
 
 
 def _row(metric: str, stat: str, xb, xn, rows: int = 15, confidence: float = 0.95, seed: int = 0, units=None, sides=None):
@@ -28,7 +28,7 @@ def _row(metric: str, stat: str, xb, xn, rows: int = 15, confidence: float = 0.9
     else:
         sides = ((list(xb), len(xb)), (list(xn), len(xn)))
     row_conf = 1 - (1 - confidence) / rows
-    return C._row(p, confidence, row_conf, max(intervals.DEFAULT_RESAMPLES, intervals.min_resamples(rows, confidence)), seed, sides)
+    return R._row(p, confidence, row_conf, max(intervals.DEFAULT_RESAMPLES, intervals.min_resamples(rows, confidence)), seed, sides)
 
 
 def test_a_mean_over_few_buckets_of_one_configuration_rarely_reads_as_a_change():
@@ -87,7 +87,7 @@ def test_itl_of_requests_of_unequal_lengths_rests_on_their_effective_number():
 def test_a_change_below_a_tenth_of_a_percent_does_not_print_as_zero():
     """A regression interval whose low end is above 0 printed '+0.0% .. +4.5%' beside
     REGRESSION; it now shows the digits that keep it off 0."""
-    from soakspec.compare import signed_percent
+    from soakspec.compare.rows import signed_percent
 
     assert signed_percent(0.0004) == "+0.04%" and signed_percent(-0.0004) == "-0.04%"
     assert signed_percent(0.045) == "+4.5%" and signed_percent(0.0) == "+0.0%"

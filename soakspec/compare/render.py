@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from soakspec.compare import Comparison, Row, SweepRow, family_confidence, signed_percent
+from soakspec.compare import Comparison
+from soakspec.compare.intervals import family_confidence
+from soakspec.compare.rows import Row, signed_percent
+from soakspec.compare.sweep import SweepRow
 from soakspec.report.charts import esc
 from soakspec.report.common import one_line
 from soakspec.report.html import CSP_META
