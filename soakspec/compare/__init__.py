@@ -7,6 +7,21 @@
     rules_of(spec) -> tuple[CompareRule]   a spec's `compare { require regression(p99(ttft)) <= 5% }`
     Comparison.to_json() / soakspec.compare.render.render(comparison, fmt)
 
+The package, one way down (each module opens with the part of the design it implements):
+    intervals.py   pure numerics: `Sorted`, the percentile bootstrap, Fieller's and Newcombe's
+                   intervals, the family-wise confidence, design effects (Resamples, Means,
+                   Binned gaps, Confidence, Independence)
+    metrics.py     what is compared: `METRICS`, `TURN_METRICS` (Rows, From the send, Turns)
+    rules.py       the compare rules: `parse_rule`, `rules_of`
+    samples.py     what is read of each run: `RunSamples`, `Side`, `ClientHealth` (Samples)
+    matching.py    backends and levels paired, `Unpaired`, what the new run lacks (Matching)
+    rows.py        each `Row`: its values, change, interval and verdict (Errors, Statistic,
+                   Verdict per row)
+    judging.py     the rules over the rows, the client-health and lag checks, abort rises (Rules)
+    sweep.py       two sweeps' figures; render.py the outputs
+    __init__.py    `compare()` and its `Comparison` (Comparable runs, below); the names in
+                   `__all__` are re-exported here
+
 Comparable runs. A rehearsal (`run --rehearse`: every backend replaced by the simulator) or a
 time-scaled run (`run --time-scale`: every duration, bucket and deadline shrunk), on either
 side, makes the comparison INCONCLUSIVE with the reason, as the gate's `full_scale_run` makes
@@ -38,31 +53,23 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal
 
-
+from soakspec.compare.intervals import (DEFAULT_RESAMPLES, MIN_TAIL_DRAWS, Sorted, family_confidence, mean_draws,
+                                        mean_ratio_interval, min_resamples, percentile_draws, proportion_difference, wilson)
+from soakspec.compare.judging import (RuleOutcome, _abort_rises, _client_blocked, _judge_rule, _lag_decided, _missing,
+                                      _share)
+from soakspec.compare.matching import Unpaired, _lacking, _level_pairs, _load, _pairs, _path_notes, _warmup_notes
+from soakspec.compare.metrics import BY_NAME, METRICS, CompareMetric
+from soakspec.compare.rows import Row, _Pending, _rows, _turn_pending, signed_percent
+from soakspec.compare.rules import CompareRule, RuleError, parse_rule, rules_of
+from soakspec.compare.samples import _RAN, RunSamples, Side
+from soakspec.compare.sweep import SweepRow, pair_rows
 from soakspec.exitcodes import ExitCode
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.index import capped
-from soakspec.compare.sweep import SweepRow, pair_rows
 from soakspec.judge.workload import workload_differences, workload_shape  # noqa: F401  (workload_shape: read from here too)
-from soakspec.compare.intervals import DEFAULT_RESAMPLES, MIN_TAIL_DRAWS, Sorted, percentile_draws, mean_ratio_interval, mean_draws, wilson, proportion_difference, family_confidence, min_resamples
-from soakspec.compare.metrics import CompareMetric, METRICS, BY_NAME
-from soakspec.compare.rules import CompareRule, RuleError, parse_rule, rules_of
-from soakspec.compare.samples import Side, _RAN, RunSamples
-from soakspec.compare.matching import Unpaired, _pairs, _path_notes, _warmup_notes, _lacking, _load, _level_pairs
-from soakspec.compare.rows import Row, signed_percent, _Pending, _rows, _turn_pending
-from soakspec.compare.judging import RuleOutcome, _judge_rule, _missing, _client_blocked, _lag_decided, _abort_rises, _share
 
 SCHEMA_VERSION = 1
 Outcome = Literal["PASS", "FAIL", "INCONCLUSIVE"]
-
-
-# ------------------------------------------------------------------------------ rules
-
-
-# ------------------------------------------------------------------------------ bootstrap
-
-
-# ------------------------------------------------------------------------------ the comparison
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,13 +77,13 @@ class Comparison:
     base: Side
     new: Side
     confidence: float
-    resamples: int  # the draws per side each bootstrap row used (module doc, "Resamples")
+    resamples: int  # the draws per side each bootstrap row used (compare/intervals.py, "Resamples")
     seed: int
     rows: tuple[Row, ...]
     rules: tuple[RuleOutcome, ...]
     notes: tuple[str, ...]
     outcome: Outcome
-    unpaired: tuple[Unpaired, ...] = ()  # levels with no counterpart of the same load (module doc)
+    unpaired: tuple[Unpaired, ...] = ()  # levels with no counterpart of the same load (compare/matching.py)
     reasons: tuple[str, ...] = ()  # what, besides the rules, makes the outcome FAIL or INCONCLUSIVE
     workload_differences: tuple[str, ...] = ()  # per compared workload, how its requests differ (module doc)
     resamples_requested: int | None = None  # what the caller asked for (None: the default), when it was fewer
@@ -211,7 +218,7 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
             note = f"load differs: base {_load(a)}, new {_load(z)}" if _load(a) != _load(z) else None  # a phase's
             for cm in METRICS:
                 if cm.capped_only and not (capped(a.entry) and capped(z.entry)):
-                    continue  # sent_ttft is ttft where uncapped; a cap on one side only (module doc, "From the send")
+                    continue  # sent_ttft is ttft where uncapped; a cap on one side only (compare/metrics.py, "From the send")
                 wanted = list(cm.stats) + [r.stat for r in rules if r.metric == cm.name and r.stat not in cm.stats]
                 for stat in dict.fromkeys(wanted):
                     pending.append(_Pending((bb.name, bn.name, a.workload, a.index, cm.name, stat), a, z, cm, stat, note))

@@ -142,7 +142,7 @@ DEFF_GRID = (1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.9)
 
 
 class Sorted:
-    """A sample in ascending order, held compactly (module doc, "Samples"): `n`, `at(j)` the
+    """A sample in ascending order, held compactly (compare/samples.py, "Samples"): `n`, `at(j)` the
     j-th smallest (0-based), `take(js)` those of an index array, `percentile(q)` type 7.
 
     Two forms of one thing: `Sorted.of(xs)` keeps a sorted float64 array (per-request metrics,

@@ -115,7 +115,7 @@ def _no_data(r: Row) -> str:
 
 
 def _missing(rows: Sequence[Row]) -> list[str]:
-    """Why rows with a value on one side only make the comparison INCONCLUSIVE (module doc)."""
+    """Why rows with a value on one side only make the comparison INCONCLUSIVE (compare/rows.py, "Verdict per row")."""
     out = []
     for side in ("new", "base"):
         gone = [r for r in rows if r.verdict == "missing" and (r.new if side == "new" else r.base) is None

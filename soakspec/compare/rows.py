@@ -9,12 +9,12 @@ Newcombe's hybrid score interval of a difference of two independent proportions 
 Wilson interval, combined; Newcombe 1998, method 10) at the row's confidence: no resampling,
 and it keeps its coverage at shares of 0 and 1, where the normal approximation does not. Each
 measured request is one trial -- divided by the share's design effect where failures come in
-bursts ("Independence"): k / d failures of n / d trials.
+bursts (compare/intervals.py, "Independence"): k / d failures of n / d trials.
 
 Statistic: the relative change `new / base - 1` of the row's statistic, with a confidence
 interval from a seeded, deterministic bootstrap (percentile interval, `resamples` draws per
 side, `random.Random(seed)` derived per row so rows do not depend on each other's order); a
-mean over buckets from Fieller's t interval instead ("Means" below).
+mean over buckets from Fieller's t interval instead (compare/intervals.py, "Means").
 
 Verdict per row (direction: for errors and the durations higher is worse; for qps and
 throughput lower is worse):
@@ -177,7 +177,7 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
         if (eb, en) != (len(xb), len(xn)):
             note = "; ".join(x for x in (note, said) if x)
     sizes = (eb, en)  # the resamples' sizes: an m-out-of-n bootstrap where the draws are not independent
-    if not cm.per_request_samples and (fb > 1.0 or fn > 1.0):  # requests close in time: module doc, "Independence"
+    if not cm.per_request_samples and (fb > 1.0 or fn > 1.0):  # requests close in time: compare/intervals.py, "Independence"
         sizes = (effective(eb, fb), effective(en, fn))
         said = (f"interval from the effective {sizes[0]} / {sizes[1]} of {rb} / {rn} requests: requests close in time "
                 f"are not independent (design effect {fb:.2g} / {fn:.2g} at p{q:g}, from consecutive requests in start order)")
@@ -187,7 +187,7 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
         return Row(**base_row, low=None, high=None, verdict="missing")  # type: ignore[arg-type]
     if eb < need or en < need:
         return Row(**base_row, low=None, high=None, verdict="insufficient samples")  # type: ignore[arg-type]
-    if q is None:  # a mean over buckets: Fieller's t interval, no resampling (module doc, "Means")
+    if q is None:  # a mean over buckets: Fieller's t interval, no resampling (compare/intervals.py, "Means")
         iv = mean_ratio_interval(xb, xn, row_conf)
         if iv is None:  # the base's mean is not distinguishable from 0: no relative change
             return Row(**base_row, low=None, high=None, verdict="insufficient samples")  # type: ignore[arg-type]
@@ -195,7 +195,7 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
     else:
         rng = random.Random(_seed(seed, p.key))
         alpha = 1.0 - row_conf
-        if _binned(xb) or _binned(xn):  # each draw's change known within the bins (module doc, "Binned gaps")
+        if _binned(xb) or _binned(xn):  # each draw's change known within the bins (compare/intervals.py, "Binned gaps")
             iv = _binned_interval(xb, xn, q, rng, resamples, sizes, alpha)
             if iv is None:
                 return Row(**base_row, low=None, high=None, verdict="insufficient samples")  # type: ignore[arg-type]
@@ -233,7 +233,7 @@ def _proportion_row(common: dict[str, Any], sides: tuple[Samples, Samples], row_
     (kb, nb, fb), (kn, nn, fn) = ((*s[:2], s[2] if len(s) > 2 else 1.0) for s in sides)
     b = kb / nb if nb else None
     n = kn / nn if nn else None
-    if fb > 1.0 or fn > 1.0:  # failures in bursts (module doc, "Independence"): fewer independent trials
+    if fb > 1.0 or fn > 1.0:  # failures in bursts (compare/intervals.py, "Independence"): fewer independent trials
         said = (f"interval from the effective {effective(nb, fb)} / {effective(nn, fn)} of {nb} / {nn} requests: "
                 f"failures come in bursts (design effect {fb:.2g} / {fn:.2g}, from consecutive requests' outcomes in start order)")
         note = "; ".join(x for x in (note, said) if x)

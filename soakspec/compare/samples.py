@@ -151,7 +151,7 @@ def _distribution(records: Any, cm: CompareMetric) -> Samples:
         vals = np.asarray(impl.values(records), dtype=np.float64)  # in the order the requests started
         effects = DesignEffects.NONE if cm.per_request_samples else DesignEffects.of(vals)
         xs = Sorted.of(vals, consume=True)
-    if cm.per_request_samples:  # (gaps, Kish's effective requests, requests): module doc, "Independence"
+    if cm.per_request_samples:  # (gaps, Kish's effective requests, requests): compare/intervals.py, "Independence"
         assert isinstance(impl, PerToken)
         kish, requests = impl.draws(records)  # as the gate counts them, a chunk of requests at a time
         return xs, kish, requests

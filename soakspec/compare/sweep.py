@@ -3,7 +3,7 @@
     figures(spec, evidence) -> tuple[SweepFigure, ...]   each backend's sweep, re-judged (judge/sweep.py)
     sweep_row(base, new, backend, new_backend) -> SweepRow
 
-Two sweeps compare probe by probe only at the loads both probed (`soakspec.compare`, "Matching");
+Two sweeps compare probe by probe only at the loads both probed (`soakspec.compare.matching`);
 the figure the sweep exists for -- `max_sustainable_rate` / `max_sustainable_concurrency`, the
 highest probed level that holds -- had no row, so a before/after whose new server sustained 20
 rps where the old one sustained 24 compared as PASS on its per-request rows. This is that row.
