@@ -19,7 +19,7 @@ import functools
 import math
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from soakspec.judge.evidence import BackendEvidence, Evidence
 from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, RequestTable, Rows, fits, num, ordered  # noqa: F401  (num: read from here too)
 from soakspec.units import format_duration
+
+if TYPE_CHECKING:
+    from soakspec.judge.capreplay import SlotReplay
 
 Row = Mapping[str, Any]
 FOLLOW_UP_BUCKET = -2  # the clean follow-up request after the last level
@@ -91,6 +94,16 @@ class LevelIndex:
         if len({id(t) for t, _ in parts}) == 1:
             return Rows.of(parts[0][0], _joined([idx for _, idx in parts]))
         return Rows(parts)
+
+    @functools.cached_property
+    def slot_replay(self) -> SlotReplay:
+        """A capped level's slot queue replayed as an on-time load generator would have driven
+        it (`judge/capreplay.py`, warm-up included: it held the slots): what a failing ttft or
+        latency is measured again with (`performance.lag_figure`). Made only when one asks,
+        once per level."""
+        from soakspec.judge.capreplay import level_replay
+
+        return level_replay(self.warmup, self.records, self.entry["max_concurrency"], self.entry.get("workers"))
 
     @functools.cached_property
     def by_start(self) -> tuple[list[float], list[Window]]:
@@ -393,8 +406,9 @@ def capped(entry: Mapping[str, Any]) -> bool:
     cap): where its requests may wait for a slot, its times from the send (`sent_ttft`,
     `sent_latency`) have figures of their own and say what they leave out, its warm-up is kept
     (`judge/capproof.py`), `schedule_lag` counts from `admitted`, and a failing ttft or latency
-    is measured again less the client's lateness as ttft - schedule_lag, not from the send
-    (`performance.lag_figure`: the slot's wait kept). The one test for it: the
+    is measured again with its slot queue replayed as an on-time client would have driven it,
+    not from the send (`performance.lag_figure`, `judge/capreplay.py`: the cap's own wait
+    kept, the queue the client's lateness built taken out). The one test for it: the
     judge, compare and the reports all read a cap through this."""
     return type(entry.get("max_concurrency")) is int
 

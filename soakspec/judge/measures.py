@@ -795,24 +795,17 @@ sent_first_byte_wait = _since_send("first_byte")  # a lower bound of sent_ttft, 
 cap_wait = Columnar(_cap_wait, lambda t, idx: t.cap_wait(idx))  # NaN / None: the request had no cap to wait behind
 
 
-def _less_lag(of: Columnar) -> Columnar:
-    """`of` (a time from the intended start: ttft, latency, first_byte_wait) less the load
-    generator's own lateness (`schedule_lag`): (admitted - intended_start) + (stamp - start)
-    where the request waited for a slot under max_concurrency -- the wait behind the user's
-    declared cap kept, only the client's lateness after it taken out -- and stamp - start (the
-    send figure, `sent_since`) where it did not. None (NaN): not sent, or no intended start."""
+def less_gain(of: Columnar, gain: Columnar) -> Columnar:
+    """`of` (a time from the intended start: ttft, latency, first_byte_wait) less `gain`, what
+    the load generator's own lateness added to it: at a level under max_concurrency the send
+    less the admit of the slot queue replayed on time (`judge/capreplay.py`), elsewhere the
+    schedule lag (so the time from the send). The judge's own figure (`registry.less_lag`,
+    `performance.lag_figure`). None (NaN): `of` has none."""
     def row(r: Row) -> float | None:
-        v, lag = of(r), _schedule_lag(r)
-        return None if v is None or lag is None else v - lag
+        v = of(r)
+        return None if v is None else v - gain(r)
 
-    return Columnar(row, lambda t, idx: of.col(t, idx) - t.schedule_lag(idx))
-
-
-# the judge's own figures (never written in a spec; registry.LESS_LAG): what a capped open-loop
-# level's failing ttft or latency is measured again with (`performance.lag_figure`)
-ttft_less_lag = _less_lag(ttft)
-latency_less_lag = _less_lag(latency)
-first_byte_wait_less_lag = _less_lag(first_byte_wait)  # a lower bound of ttft_less_lag, as first_byte_wait of ttft
+    return Columnar(row, lambda t, idx: of.col(t, idx) - gain.col(t, idx))
 
 
 def usage_ok(r: Row) -> bool:

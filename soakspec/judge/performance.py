@@ -19,12 +19,12 @@ from soakspec.judge.common import OPS, compare, describe_request, format_beside,
 from soakspec.judge.index import LevelIndex, Row, Window, error_message
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import (
-    Censored, Distribution, Measure, MetricImpl, Outcome, PerRequest, PerToken, aggregate, bucket_series, centred, completed, quarters, relative_change,
+    Censored, Columnar, Distribution, Measure, MetricImpl, Outcome, PerRequest, PerToken, aggregate, bucket_series, centred, completed, quarters, relative_change,
     slope,
 )
 from soakspec.judge.scope import Scope, bucket_scope, clock_span, scopes
 from soakspec.judge.servermetrics import ServerMetric, histogram_beyond, histogram_mean_interval
-from soakspec.judge.table import Rows
+from soakspec.judge.table import Rec, RequestTable, Rows
 from soakspec.judge.verdict import Instance, Location, RuleResult, Status
 from soakspec.lang.metrics import METRICS, Kind
 from soakspec.lang.spec import Rule
@@ -727,21 +727,22 @@ def _client_twin(text: str) -> str:
 # (`schedule_lag`), which the same times less `start` do not (compare reads this table too)
 FROM_SEND = {"ttft": "sent_ttft", "latency": "sent_latency"}
 # where a level declares max_concurrency the send figure also leaves out the wait for a slot
-# under the user's cap: the figure there is the time less the client's own lateness alone
-LESS_LAG = "{} - schedule_lag"
-CAP_KEPT = "the wait for a slot under max_concurrency kept"
+# under the user's cap, and `admitted` holds the queue the client's own lateness built: the
+# figure there replays the slot queue as an on-time client would have driven it (capreplay)
+REPLAYED = "{} with the slot queue replayed on time"
+CAP_REPLAYED = "the wait for a slot under max_concurrency as an on-time load generator would have met it"
 
 
 @dataclasses.dataclass(frozen=True)
 class LagFigure:
     """What a failing ttft or latency is measured again with to see whether the load
     generator's own schedule lag decided it (`lag_figure`): `name` as the messages write it
-    inside the statistic (sent_ttft; ttft - schedule_lag), the catalogue metric that gives its
-    kind and names the requests it leaves out (the send metric; the judge's own figure keeps
-    the metric it is of: the same kind, the same requests), its implementation, and how the
-    messages say what it is: `measured` after "measured " and `keeps` after its name (a
-    require rule's note: "measured from the actual send (p50(sent_ttft))"), `short` before
-    "it is" (an abort's: "from the send it is 145ms")."""
+    inside the statistic (sent_ttft; ttft with the slot queue replayed on time), the catalogue
+    metric that gives its kind and names the requests it leaves out (the send metric; the
+    judge's own figure keeps the metric it is of: the same kind, the same requests), its
+    implementation, and how the messages say what it is: `measured` after "measured " and
+    `keeps` after its name (a require rule's note: "measured from the actual send
+    (p50(sent_ttft))"), `short` before "it is" (an abort's: "from the send it is 145ms")."""
 
     name: str
     metric: str
@@ -763,29 +764,61 @@ def lag_figure(run: JudgedRun, metric: str, levels: list[LevelIndex]) -> LagFigu
     `metric` is no time from the intended start. The one predicate the require rules
     (`_lag_decided`) and the abort rules (`validity.abort_lag_decided`) both ask.
 
-    Decision: the figure is `metric - schedule_lag` per request, the time less only the
-    client's lateness. Where no level declares max_concurrency that is the time from the
-    actual send, exactly (schedule_lag = start - intended_start), and the registered send
-    metric (sent_ttft, sent_latency) is used and named, as before. Where one does
-    (`index.capped`), schedule_lag counts from `admitted` (when the request got its slot), so
-    the figure is (admitted - intended_start) + (stamp - start): the wait behind the user's
-    declared cap -- which users see, and which must stay in the figure -- kept, the client's
-    lateness after it out; the send figure would take the cap's wait out too. It is the judge's
-    own figure (`registry.LESS_LAG`), not a metric a spec may write: a spec has ttft and
-    sent_ttft for what users and the server see; this one only answers whose lateness carried
-    a failure over its threshold. A record at a capped level without `admitted` found its slot
-    free (the runner writes it only after a wait: `runner/load.py` `Slots`), so its lateness is
-    all the client's -- as client_healthy reads the same records (`validity._lags`), the cap
-    proven from them (`cap_kept`)."""
+    Decision: the figure is `metric` less what the client's lateness added to it, per request.
+    Where no level declares max_concurrency that is the time from the actual send, exactly (the
+    lateness is start - intended_start), and the registered send metric (sent_ttft,
+    sent_latency) is used and named, as before. Where one does (`index.capped`), the wait for a
+    slot behind the user's declared cap is what users see and must stay in the figure -- but
+    not the wait as recorded: a request sent late also holds its slot late, so with the cap full
+    the next one's `admitted` absorbs that lateness and the queue grows from the client's
+    lateness alone (`admitted - intended_start` carries it; the send figure would take the
+    cap's own wait out too). So the level's slot queue is replayed as an on-time client would
+    have driven it (`judge/capreplay.py`: per load process, FIFO in intended-start order, each
+    request holding its slot for its own service time) and the figure is (replayed admit -
+    intended_start) + (stamp - start): `metric` less (start - replayed admit). Requests of an
+    uncapped level in the same scope count from the send, as above. Where the replay cannot be
+    made (a level split over processes whose records do not all name a worker, a request whose
+    slot time the records do not show, and every later one of its process), the requests keep
+    their figure as measured: the FAIL stands on them (missing data is never the client's
+    excuse). It is the judge's own figure (`registry.less_lag`), not a metric a spec may write: a
+    spec has ttft and sent_ttft for what users and the server see; this one only answers whose
+    lateness carried a failure over its threshold. The replay is made only when a failing
+    instance is measured with it, once per level (`LevelIndex.slot_replay`)."""
     from soakspec.judge.index import capped
-    from soakspec.judge.registry import LESS_LAG as LESS_LAG_IMPLS, metric as registered
+    from soakspec.judge.registry import less_lag, metric as registered
 
     if metric not in FROM_SEND or not run.gate.client_healthy or not any(lv.entry.get("mode") == "open" for lv in levels):
         return None
-    if any(capped(lv.entry) for lv in levels):
-        return LagFigure(LESS_LAG.format(metric), metric, LESS_LAG_IMPLS[metric], "less the load generator's own lateness",
-                         f", {CAP_KEPT}", f"less the load generator's own lateness, {CAP_KEPT},")
+    replayed = [lv for lv in levels if capped(lv.entry)]
+    if replayed:
+        return LagFigure(REPLAYED.format(metric), metric, less_lag(metric, _replay_gain(replayed)),
+                         "less the load generator's own lateness", f", {CAP_REPLAYED}",
+                         f"less the load generator's own lateness, {CAP_REPLAYED},")
     return LagFigure(FROM_SEND[metric], FROM_SEND[metric], registered(FROM_SEND[metric]), "from the actual send", "", "from the send")
+
+
+def _replay_gain(capped_levels: list[LevelIndex]) -> Columnar:
+    """What the load generator's lateness added to each request's times: at the capped levels,
+    the send less the admit of their slot queue replayed on time (`LevelIndex.slot_replay`,
+    made on the first read); any other request's schedule lag (start - intended_start: its
+    time from the send); 0 where neither is known (the figure as measured)."""
+
+    def col(t: RequestTable, idx: np.ndarray) -> np.ndarray:
+        got = np.full(len(idx), np.nan)
+        for lv in capped_levels:
+            g = lv.slot_replay.col(t, idx)
+            got = np.where(np.isnan(g), got, g)
+        rest = np.isnan(got)
+        if rest.any():
+            got[rest] = t.schedule_lag(idx)[rest]
+        return np.where(np.isnan(got), 0.0, got)
+
+    def row(r: Row) -> float:
+        if isinstance(r, Rec):
+            return float(col(r.table, np.array([r.i], dtype=np.int64))[0])
+        return 0.0  # a row of no table: its level unknown, its figure as measured
+
+    return Columnar(row, col)
 
 
 def _lag_decided(run: JudgedRun, sc: Scope, rule: Rule, j: Judged) -> Judged:

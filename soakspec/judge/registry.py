@@ -116,18 +116,17 @@ RULES: tuple[Entry, ...] = (
 
 BY_NAME: Mapping[str, Entry] = {e.name: e for e in RULES}
 
-# The judge's own figures of ttft and latency less the load generator's own lateness (ttft -
-# schedule_lag: the wait for a slot under max_concurrency kept, `measures._less_lag`), by the
-# metric they are measured again for: never written in a spec (no rule names them, so they are
-# not in RULES or the catalogue). `performance.lag_figure` measures a failing ttft or latency
-# instance at a capped open-loop level again with them, as it does an uncapped one with
-# sent_ttft and sent_latency (equal to these there); each counts the same requests, timed-out
-# and untimed ones alike, as the figure it stands beside.
-LESS_LAG: Mapping[str, M.MetricImpl] = {
-    "ttft": M.PerRequest(M.ttft_less_lag, when_timed_out=M.ttft_less_lag, untimed_low=M.first_byte_wait_less_lag,
-                         elapsed=M.latency_less_lag, excluded_as="ttft"),
-    "latency": M.PerRequest(M.latency_less_lag, when_timed_out=M.unmeasured, elapsed=M.latency_less_lag),
-}
+def less_lag(metric: str, gain: M.Columnar) -> M.MetricImpl:
+    """The judge's own figure of `metric` (ttft, latency) less the load generator's own
+    lateness, `gain` per request (`performance.lag_figure`: at a level under max_concurrency
+    the send less the admit of the slot queue replayed on time, `judge/capreplay.py`): never
+    written in a spec (no rule names it, so it is not in RULES or the catalogue). It counts the
+    same requests, timed-out and untimed ones alike, as the figure it stands beside."""
+    ttft, latency = M.less_gain(M.ttft, gain), M.less_gain(M.latency, gain)
+    if metric == "ttft":
+        return M.PerRequest(ttft, when_timed_out=ttft, untimed_low=M.less_gain(M.first_byte_wait, gain), elapsed=latency,
+                            excluded_as="ttft")
+    return M.PerRequest(latency, when_timed_out=M.unmeasured, elapsed=latency)
 
 
 def metric(name: str) -> M.MetricImpl:

@@ -626,7 +626,8 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
     backend (backends that run at once share the client); one at another time does not make the
     abort inconclusive. So is a ttft or latency abort in an open loop whose window's same
     statistic less the client's own lateness -- from the actual send; under max_concurrency,
-    ttft - schedule_lag, the wait for a slot kept -- does not fire (`abort_lag_decided`):
+    with the slot queue replayed on time, the cap's own wait kept -- does not fire
+    (`abort_lag_decided`):
     the load generator's own schedule lag, within client_schedule_lag, carried it over, as a
     require rule's CLIENT_LAG instance. The runner cannot tell either live and stops the load
     all the same -- a stopped load never hammers a server -- so the run is never a PASS either."""
@@ -754,8 +755,9 @@ def abort_lag_decided(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
     statistic of the same requests -- those the runner judged, the ones its window scheduled
     (`scope.window_rows`, by intended start, as `runner/abort.py` cuts them) -- less the
     client's own lateness (`performance.lag_figure`: from the actual send, sent_ttft and
-    sent_latency; at a level under max_concurrency ttft - schedule_lag, the wait for a slot
-    under the user's cap kept) does not fire, while the same figure from the intended start
+    sent_latency; at a level under max_concurrency with the level's slot queue replayed as an
+    on-time client would have driven it, `judge/capreplay.py`: the wait the user's cap itself
+    makes kept) does not fire, while the same figure from the intended start
     over them does (the records bear the abort out): what carried them over the threshold was
     the client's lateness, within client_schedule_lag (a saturated bucket is
     `abort_client_saturated`'s). Measured with the judge's own measures, as
@@ -1580,8 +1582,8 @@ def _lag_said(r: Rule, lagged: list[Instance]) -> str:
 
 # the `cause` of a failing instance of a time from the intended start (ttft, latency) in an open
 # loop that the same figure less the client's own lateness (`performance.lag_figure`: from the
-# actual send, sent_ttft and sent_latency; under max_concurrency ttft - schedule_lag, the wait
-# for a slot kept) does not fail (`performance._lag_decided`, its `lag_note` the figures): the load
+# actual send, sent_ttft and sent_latency; under max_concurrency with the slot queue replayed
+# on time, the cap's own wait kept) does not fail (`performance._lag_decided`, its `lag_note` the figures): the load
 # generator's own schedule lag decided it -- within the gate's client_schedule_lag, so no bucket
 # was saturated, yet it was the client's lateness the rule saw over the threshold
 CLIENT_LAG = "client_lag"
@@ -1593,7 +1595,7 @@ def _lag_blocks(res: RuleResult, r: Rule, kept: list[Instance]) -> RuleResult:
     """`client_blocks` where no saturated bucket is beside a failing instance: those the schedule
     lag decided (CLIENT_LAG: a failing ttft or latency instance of an open loop whose same
     statistic less the client's own lateness -- sent_ttft, sent_latency; under max_concurrency
-    ttft - schedule_lag -- does not fail, `performance._lag_decided`) are discounted, within client_schedule_lag or not. Every one: INCONCLUSIVE, its message the lag's
+    with the slot queue replayed on time -- does not fail, `performance._lag_decided`) are discounted, within client_schedule_lag or not. Every one: INCONCLUSIVE, its message the lag's
     figures ("not judged, the load generator's own schedule lag decided it: backend a, rate 12
     rps: p50(ttft) = 304ms fails < 250ms, but measured from the actual send (p50(sent_ttft)) it
     is 145ms: ..."); some: the FAIL stands on the rest, naming the discounted ones. `kept`:

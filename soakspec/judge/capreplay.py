@@ -1,0 +1,170 @@
+"""A capped level's slot queue replayed as an on-time load generator would have driven it.
+
+Under an open loop's `max_concurrency = N` a request may wait for a slot (`admitted`), and the
+wait behind the user's declared cap is part of what users see: a failing ttft or latency that
+the cap's own queue carries is the server's (and its cap's) FAIL. But a load generator that
+sends late also *holds its slot late* -- from the slot's taking to the late send, and the
+server's whole service time after it -- so the next request's `admitted` absorbs that lateness:
+with a full cap the queue grows from the client's lateness alone, and `admitted -
+intended_start` carries it. So the question "did the client's lateness carry this FAIL?"
+(`performance.lag_figure`) cannot read the queue from `admitted`; it replays it:
+
+Per load process (a record's process is its `worker` modulo the level's `workers`, its slots
+`shares.in_flight_share(cap, (p, parts))`, the runner's own split -- as `judge/capproof.py`
+reads them), the process's requests in intended-start order (the runner's `Slots` admits in
+arrival order, FIFO, and arrivals come in intended-start order: `runner/load.py` `_arrivals`)
+each take the slot that frees first, at max(intended start, that slot's free time), and hold it
+for the request's own service time from the send (end - start): an N-slot Lindley recursion
+(vectorised where the share is 1 slot, a heap of the share's free times otherwise). Warm-up
+requests are in the queue too: they held the level's slots (a counted warm-up drains before the
+measured requests are due, and the replay, never later than the run, keeps that). The replayed
+admit of a request, less its intended start, is the wait an on-time client would have met; the
+figure is that wait plus the time from the send (`gain`: actual send - replayed admit, what the
+lateness added, taken out of ttft, latency and first_byte_wait).
+
+Decisions (a request whose service time is unknown must never make the FAIL easier to discount
+than the data supports; the replay is never earlier than the records allow):
+
+- A request the server ended (completed, failed, rejected) holds its slot end - start from its
+  replayed admit: its service time, assumed the server's alone (a counterfactual: an on-time
+  client would have put the same requests in flight, at the same or earlier times; the server's
+  times under that load are taken to be those measured).
+- A request the client ended (timed out: its deadline counts from the intended start, so it
+  ends at the same moment whenever it was sent; disconnected: a reset, a held-back request, or
+  one cancelled by an abort) only bounds its service time from below: it holds its slot until
+  its recorded end at least (max(end, replayed admit + end - start)), as long as the run held it.
+- A request without a start (never sent: the client's own failure, with a pause after it no
+  record shows), without an end, with an end before its start, or without an intended start
+  (no place in the queue) held its slot for a time the records do not show: the process's
+  queue from it on is unknown, so it and every later request of its process are not replayed
+  -- their gain is 0, the figure as measured from the intended start, the FAIL's own.
+- Where the replay cannot be made at all -- a level split over processes with a record that
+  names no worker (its process, so every process's queue, is unknown), a cap below 1 -- no
+  request of the level is replayed: gain 0, the FAIL stands (missing data is never the
+  client's excuse).
+
+A replayed admit is never later than the run's own send where the holds are as above (each slot
+frees no later than it did in the run, by induction), so the gain is >= 0 and the figure never
+exceeds the measured one; it is not clamped (a record that breaks that is read as it says).
+
+Computed only when a failing ttft or latency instance at a capped level is measured again
+(`performance.lag_figure`), once per level (`index.LevelIndex.slot_replay`), never on the
+common path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+
+import numpy as np
+
+from soakspec.judge.table import MISSING, RequestTable, Rows, num
+from soakspec.shares import in_flight_share, process_of
+
+__all__ = ["SlotReplay", "gains", "level_replay"]
+
+# the outcomes the server ended: their time from the send is the server's service time
+SERVER_ENDED = ("completed", "failed", "rejected")
+
+
+def gains(worker: np.ndarray, intended: np.ndarray, start: np.ndarray, end: np.ndarray, server_ended: np.ndarray,
+          cap: int, parts: int) -> np.ndarray:
+    """start - replayed admit for each request of one capped level (aligned arrays, warm-up
+    included: `worker` int64, negative where absent; times float64, NaN where absent;
+    `server_ended` bool), 0 where it is not replayed (see the module doc)."""
+    n = len(worker)
+    out = np.zeros(n)
+    if cap < 1 or not n:
+        return out
+    parts = max(1, min(parts, cap))  # as `workers.processes_for` splits a capped level
+    if parts > 1 and (worker < 0).any():
+        return out  # a record of no known process: no process's queue is known
+    proc = np.zeros(n, dtype=np.int64) if parts == 1 else process_of(worker, parts)
+    for p in range(parts):
+        sel = np.flatnonzero(proc == p)
+        if len(sel):
+            out[sel] = _process(in_flight_share(cap, (p, parts)), intended[sel], start[sel], end[sel], server_ended[sel])
+    return out
+
+
+def _process(share: int, intended: np.ndarray, start: np.ndarray, end: np.ndarray, server_ended: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(intended))
+    if np.isnan(intended).any():
+        return out  # a request with no place in the queue: the process's queue is unknown
+    order = np.argsort(intended, kind="stable")
+    i, s, e, srv = intended[order], start[order], end[order], server_ended[order]
+    unknown = np.isnan(s) | np.isnan(e) | (e < s)
+    k = int(np.argmax(unknown)) if unknown.any() else len(i)  # replayed up to the first unknown hold
+    i, s, e, srv = i[:k], s[:k], e[:k], srv[:k]
+    hold = e - s
+    floor = np.where(srv, -np.inf, e)  # a slot the client ended frees no earlier than its end
+    if share == 1:
+        # admit_j = max(i_j, admit_{j-1} + hold_{j-1}, floor_{j-1}); with c_j = hold_0 + ... +
+        # hold_{j-1}, x_j = admit_j - c_j = max(x_{j-1}, i_j - c_j, floor_{j-1} - c_j)
+        c = np.concatenate(([0.0], np.cumsum(hold)[:-1])) if k else np.zeros(0)
+        prev = np.concatenate(([-np.inf], floor[:-1])) if k else np.zeros(0)
+        admit = np.maximum.accumulate(np.maximum(i - c, prev - c)) + c if k else np.zeros(0)
+    else:
+        free = [-math.inf] * share  # the slots' free times (a heap)
+        admit = np.empty(k)
+        for j, (ij, hj, fj) in enumerate(zip(i.tolist(), hold.tolist(), floor.tolist())):
+            a = max(ij, heapq.heappop(free))
+            admit[j] = a
+            heapq.heappush(free, max(a + hj, fj))
+    got = np.zeros(len(intended))
+    got[:k] = s - admit
+    out[order] = got
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotReplay:
+    """One capped level's replay (`level_replay`): per table of its records, the row numbers
+    (ascending) and each one's gain (actual send - replayed admit; 0: not replayed)."""
+
+    by_table: dict[int, tuple[np.ndarray, np.ndarray]]
+
+    def col(self, t: RequestTable, idx: np.ndarray) -> np.ndarray:
+        """The gain of rows `idx` of `t`, NaN where the row is none of the level's."""
+        out = np.full(len(idx), np.nan)
+        got = self.by_table.get(id(t))
+        if got is None or not len(idx):
+            return out
+        rows, gain = got
+        rows_idx = np.flatnonzero(idx) if idx.dtype == bool else idx
+        pos = np.minimum(np.searchsorted(rows, rows_idx), max(len(rows) - 1, 0))
+        hit = (rows[pos] == rows_idx) if len(rows) else np.zeros(len(rows_idx), dtype=bool)
+        out[hit] = gain[pos[hit]]
+        return out
+
+
+def _floats(recs: Rows, key: str) -> np.ndarray:
+    return recs.map(lambda t, idx: t.f[key][idx], lambda r: v if (v := num(r.get(key))) is not None else math.nan)
+
+
+def level_replay(warmup: Rows, records: Rows, cap: int, workers: object) -> SlotReplay:
+    """The replay of a capped level's requests (its warm-up and its measured ones: the slots'
+    holders), by table and row (see the module doc)."""
+    recs = warmup + records
+    parts = workers if type(workers) is int and workers >= 1 else 1
+    worker = recs.map(lambda t, idx: t.i["worker"][idx].astype(np.int64),
+                      lambda r: v if type(v := r.get("worker")) is int else MISSING, dtype=np.int64)
+    srv = recs.map(lambda t, idx: np.logical_or.reduce([t.label_is("outcome", o, idx) for o in SERVER_ENDED]),
+                   lambda r: r.get("outcome") in SERVER_ENDED, dtype=bool)
+    gain = gains(np.where(worker == MISSING, -1, worker), _floats(recs, "intended_start"), _floats(recs, "start"),
+                 _floats(recs, "end"), srv.astype(bool), cap, parts)
+    by: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    at = 0
+    for t, idx in recs.parts:
+        rows, gs = by.setdefault(id(t), ([], []))
+        rows.append(np.flatnonzero(idx) if idx.dtype == bool else np.asarray(idx))  # row numbers as held (4 bytes)
+        gs.append(gain[at:at + len(rows[-1])])
+        at += len(rows[-1])
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for key, (rows, gs) in by.items():
+        r, g = np.concatenate(rows), np.concatenate(gs)
+        order = np.argsort(r, kind="stable")
+        out[key] = (r[order], g[order])
+    return SlotReplay(out)
