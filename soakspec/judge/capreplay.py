@@ -121,15 +121,16 @@ def _process(share: int, intended: np.ndarray, start: np.ndarray, end: np.ndarra
 
 @dataclasses.dataclass(frozen=True)
 class SlotReplay:
-    """One capped level's replay (`level_replay`): per table of its records, the row numbers
-    (ascending) and each one's gain (actual send - replayed admit; 0: not replayed)."""
+    """One capped level's replay (`level_replay`): per table of its records, the table, its row
+    numbers (ascending) and each one's gain (actual send - replayed admit; 0: not replayed).
+    Found by the table itself (`is`), not a map keyed by `id()`."""
 
-    by_table: dict[int, tuple[np.ndarray, np.ndarray]]
+    parts: tuple[tuple[RequestTable, np.ndarray, np.ndarray], ...]
 
     def col(self, t: RequestTable, idx: np.ndarray) -> np.ndarray:
         """The gain of rows `idx` of `t`, NaN where the row is none of the level's."""
         out = np.full(len(idx), np.nan)
-        got = self.by_table.get(id(t))
+        got = next(((rows, gain) for held, rows, gain in self.parts if held is t), None)
         if got is None or not len(idx):
             return out
         rows, gain = got
@@ -155,16 +156,20 @@ def level_replay(warmup: Rows, records: Rows, cap: int, workers: object) -> Slot
                    lambda r: r.get("outcome") in SERVER_ENDED, dtype=bool)
     gain = gains(np.where(worker == MISSING, -1, worker), _floats(recs, "intended_start"), _floats(recs, "start"),
                  _floats(recs, "end"), srv.astype(bool), cap, parts)
-    by: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    by: list[tuple[RequestTable, list[np.ndarray], list[np.ndarray]]] = []
     at = 0
     for t, idx in recs.parts:
-        rows, gs = by.setdefault(id(t), ([], []))
-        rows.append(np.flatnonzero(idx) if idx.dtype == bool else np.asarray(idx))  # row numbers as held (4 bytes)
-        gs.append(gain[at:at + len(rows[-1])])
-        at += len(rows[-1])
-    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for key, (rows, gs) in by.items():
+        held = next((b for b in by if b[0] is t), None)
+        if held is None:
+            held = (t, [], [])
+            by.append(held)
+        rows = np.flatnonzero(idx) if idx.dtype == bool else np.asarray(idx)  # row numbers as held (4 bytes)
+        held[1].append(rows)
+        held[2].append(gain[at:at + len(rows)])
+        at += len(rows)
+    out = []
+    for t, rows, gs in by:
         r, g = np.concatenate(rows), np.concatenate(gs)
         order = np.argsort(r, kind="stable")
-        out[key] = (r[order], g[order])
-    return SlotReplay(out)
+        out.append((t, r[order], g[order]))
+    return SlotReplay(tuple(out))

@@ -824,8 +824,8 @@ def _replay_gain(capped_levels: list[LevelIndex]) -> Columnar:
 def _lag_decided(run: JudgedRun, sc: Scope, rule: Rule, j: Judged) -> Judged:
     """A failing instance of a time from the intended start (FROM_SEND), tagged CLIENT_LAG when
     the same statistic over the same scope less the load generator's own lateness
-    (`lag_figure`: from the actual send; at a level under max_concurrency, ttft -
-    schedule_lag, the wait for a slot under the user's cap kept) does not fail: the client's
+    (`lag_figure`: from the actual send; at a level under max_concurrency, with its slot
+    queue replayed on time, the cap's own wait kept) does not fail: the client's
     schedule lag, added to every open-loop time (rightly: coordinated omission), is what
     carried it over the threshold, so `validity.client_blocks` makes it INCONCLUSIVE, never the
     server's FAIL. Untouched where that figure fails too (the server's own time, or the cap's
