@@ -187,9 +187,9 @@ def test_results_from_before_the_peaks_report_as_they_did(tmp_path, capsys, know
     assert len(diags) == 1 and "CB402" in diags[0] and "results.json records peak_concurrent_requests 7 for sim-fast · concurrency 2; re-judged: 3" in diags[0], diags
 
 
-def test_a_peak_line_for_a_level_with_no_peak_is_added_by_hand(tmp_path, capsys):
-    """Every measured request of a level failed: no token, no request completed -- results.json
-    has null peaks, the block prints n/a, and a number written there is CB201, added by hand."""
+def _all_failed(tmp_path):
+    """A one-level run whose every measured request failed (HTTP 500): no token, none
+    completed, so no peak; its directory and spec file."""
     spec = small_spec(levels="[2]", backends=("sim-fast",), rules="require completed >= 0")
     b = EvidenceBuilder(spec)
     for r in list(b.measured("sim-fast", level=0)):
@@ -197,6 +197,13 @@ def test_a_peak_line_for_a_level_with_no_peak_is_added_by_hand(tmp_path, capsys)
     d = b.write(tmp_path / "run")
     spec_file = tmp_path / "spec.soak"
     spec_file.write_text(spec.canonical_text)
+    return d, spec_file
+
+
+def test_a_peak_line_for_a_level_with_no_peak_is_added_by_hand(tmp_path, capsys):
+    """Every measured request of a level failed: no token, no request completed -- results.json
+    has null peaks, the block prints n/a, and a number written there is CB201, added by hand."""
+    d, spec_file = _all_failed(tmp_path)
     lv = _level0(d)
     assert lv["peak_output_tokens_per_s"] is None and lv["peak_concurrent_requests"] is None
     (block,) = _bench(capsys, d)
@@ -268,13 +275,7 @@ def test_a_level_with_no_peak_shows_a_dash_and_a_number_there_is_added_by_hand(t
     """A level whose measured requests all failed has no peak: the md and html tables show "-"
     (as for other missing figures), that report lints clean, and a number written in its Peak
     cell is CB201, added by hand -- as a Peak line in the bench block is."""
-    spec = small_spec(levels="[2]", backends=("sim-fast",), rules="require completed >= 0")
-    b = EvidenceBuilder(spec)
-    for r in list(b.measured("sim-fast", level=0)):
-        b.set_outcome(r, "failed", "HTTP 500")
-    d = b.write(tmp_path / "run")
-    spec_file = tmp_path / "spec.soak"
-    spec_file.write_text(spec.canonical_text)
+    d, spec_file = _all_failed(tmp_path)
     md = _report(capsys, d, "md")
     head, rows, where = _level_cells(md)
     (name,) = rows
