@@ -20,7 +20,7 @@ from soakspec.judge.index import LevelIndex, Row, Window, error_message
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import (
     Censored, Columnar, Distribution, Measure, MetricImpl, Outcome, PerRequest, PerToken, aggregate, bucket_series, centred, completed, quarters, relative_change,
-    slope,
+    schedule_lag, slope,
 )
 from soakspec.judge.scope import Scope, bucket_scope, clock_span, scopes
 from soakspec.judge.servermetrics import ServerMetric, histogram_beyond, histogram_mean_interval
@@ -731,6 +731,7 @@ FROM_SEND = {"ttft": "sent_ttft", "latency": "sent_latency"}
 # figure there replays the slot queue as an on-time client would have driven it (capreplay)
 REPLAYED = "{} with the slot queue replayed on time"
 CAP_REPLAYED = "the wait for a slot under max_concurrency as an on-time load generator would have met it"
+CAP_LAG = " after each slot, and the queue that lateness built"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -742,7 +743,10 @@ class LagFigure:
     judge's own figure keeps the metric it is of: the same kind, the same requests), its
     implementation, and how the messages say what it is: `measured` after "measured " and
     `keeps` after its name (a require rule's note: "measured from the actual send
-    (p50(sent_ttft))"), `short` before "it is" (an abort's: "from the send it is 145ms")."""
+    (p50(sent_ttft))"), `short` before "it is" (an abort's: "from the send it is 145ms"), and
+    `lag` after the schedule lag's own figure: at a capped level schedule_lag counts from the
+    slot, so it shows the lateness after each slot, not the queue that lateness built (which
+    the replay takes out too), and the messages say so."""
 
     name: str
     metric: str
@@ -750,6 +754,7 @@ class LagFigure:
     measured: str
     keeps: str
     short: str
+    lag: str = ""
 
     def text(self, metric: str, stat_text: str) -> str:
         """`stat_text` ("p50(ttft)") with this figure in place of `metric`."""
@@ -793,7 +798,7 @@ def lag_figure(run: JudgedRun, metric: str, levels: list[LevelIndex]) -> LagFigu
     if replayed:
         return LagFigure(REPLAYED.format(metric), metric, less_lag(metric, _replay_gain(replayed)),
                          "less the load generator's own lateness", f", {CAP_REPLAYED}",
-                         f"less the load generator's own lateness, {CAP_REPLAYED},")
+                         f"less the load generator's own lateness, {CAP_REPLAYED},", CAP_LAG)
     return LagFigure(FROM_SEND[metric], FROM_SEND[metric], registered(FROM_SEND[metric]), "from the actual send", "", "from the send")
 
 
@@ -813,10 +818,15 @@ def _replay_gain(capped_levels: list[LevelIndex]) -> Columnar:
             got[rest] = t.schedule_lag(idx)[rest]
         return np.where(np.isnan(got), 0.0, got)
 
+    keys = {(lv.workload, lv.index) for lv in capped_levels}
+
     def row(r: Row) -> float:
         if isinstance(r, Rec):
             return float(col(r.table, np.array([r.i], dtype=np.int64))[0])
-        return 0.0  # a row of no table: its level unknown, its figure as measured
+        if (r.get("workload"), r.get("level")) in keys:  # a row of no table at a capped level: not replayed,
+            return 0.0  # its figure as measured
+        lag = schedule_lag(r)  # as the column form reads any other request
+        return 0.0 if lag is None else lag
 
     return Columnar(row, col)
 
@@ -853,7 +863,7 @@ def _lag_decided(run: JudgedRun, sc: Scope, rule: Rule, j: Judged) -> Judged:
         figure = f"it cannot be judged ({mine.message})"
     lag_text = f"{lag.text} = {format_value(m.value, Kind.DURATION)}" if m.value is not None else "schedule_lag"
     note = (f"{inst.observed_text or e.text} fails {rule.op} {rule.threshold_text}, but measured {fig.measured} "
-            f"({own.text}{fig.keeps}) {figure}: the load generator's own schedule lag ({lag_text}) decides it")
+            f"({own.text}{fig.keeps}) {figure}: the load generator's own schedule lag ({lag_text}{fig.lag}) decides it")
     return dataclasses.replace(inst, cause=CLIENT_LAG, lag_note=note), j[1], j[2]
 
 

@@ -790,7 +790,7 @@ def abort_lag_decided(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
         return None
     lag = metric("schedule_lag").measure(sc, agg, q, confidence=run.gate.confidence).value
     name = f"p{q:g}" if q is not None else agg
-    lag_text = "" if lag is None else f"; {name}(schedule_lag) = {format_duration(lag)}"
+    lag_text = "" if lag is None else f"; {name}(schedule_lag) = {format_duration(lag)}{fig.lag}"
     return (f"{LAG_DECIDED} ({fig.short} it is {format_duration(less)}: {name}({fig.name}) over the same "
             f"requests does not fire {op} {format_duration(threshold)}{lag_text})")
 
