@@ -207,3 +207,125 @@ def test_a_change_to_a_rule_on_capacity_is_not_a_claim_of_capacity(text):
     capacity") makes the sentence about the rule: its change is no claim that capacity changed
     (each was a false CB501 over an improvement)."""
     assert _codes(text, _doc("improvement")) == []
+
+
+# ---------------------------------------------------------------- a stated size of the change
+
+def _grid_doc(verdict: str, base: float, new: float, base_fails: float | None, new_fails: float | None) -> dict:
+    """A Sweep row as compare writes it, with what each search knows (`base_sweep` /
+    `new_sweep` `first_failing`: the level next above the figure that failed; None: none did)."""
+    doc = _doc(verdict, base, new)
+    doc["sweep"][0]["base_sweep"] = {"result": base, "first_failing": base_fails, "step": 4}
+    doc["sweep"][0]["new_sweep"] = {"result": new, "first_failing": new_fails, "step": 4}
+    return doc
+
+
+def _findings(text: str, doc: dict) -> list[tuple[str, str]]:
+    facts = adapters.change_facts(doc, "compare.json")
+    return [(d.code, d.message) for d in lint(text, "PR.md", ClaimBoundary(), Coverage(), changes=facts) if d.code.startswith("CB5")]
+
+
+# 20 rps (24 fails) -> 28 rps (32 fails): the true change lies in [28/24 - 1, 32/20 - 1] = [+16.7%, +60%],
+# [28 - 24, 32 - 20] = [+4, +12] rps
+@pytest.mark.parametrize("true, inflated, interval", [
+    ("Capacity rose 40%.", "Capacity rose 70%.", "+16.7% .. +60.0%"),
+    ("Capacity rose 20%.", "Capacity rose 10%.", "+16.7% .. +60.0%"),  # understated beyond the grid, too
+    ("The max sustainable rate rose by 8 rps.", "The max sustainable rate rose by 20 rps.", "+4 rps .. +12 rps"),
+    ("Capacity is up 4 rps.", "Capacity is up 16 rps.", "+4 rps .. +12 rps"),
+    ("The new build has a 40% higher capacity.", "The new build has a 90% higher capacity.", "+16.7% .. +60.0%"),
+    ("The max sustainable rate rose 1.4x.", "The max sustainable rate rose 3x.", "+16.7% .. +60.0%"),
+    ("Capacity rose from 20 to 28 rps (+40%).", "Capacity rose from 20 to 28 rps (+90%).", "+16.7% .. +60.0%"),
+])
+def test_a_stated_size_is_held_against_the_changes_both_searches_allow(true, inflated, interval):
+    """Each figure of a bisection is known only to within its grid's step: the base's true limit
+    lies in [20, 24] rps, the new's in [28, 32]. A size in the changes those allow passes; one
+    outside is CB502, naming the interval (before, no size was read: "capacity rose 70%" over a
+    two-step move linted clean)."""
+    doc = _grid_doc("improvement", 20, 28, 24, 32)
+    assert _findings(true, doc) == []
+    ((code, message),) = _findings(inflated, doc)
+    assert code == "CB502" and f"outside the change the two searches allow ({interval}" in message, message
+
+
+def test_a_regressions_stated_size_and_a_hedged_one():
+    """A fall is sized the same way (28 [32] -> 20 [24]: -37.5% .. -14.3%); a hedge widens a round
+    number as for any row ("~40%" holds 35..45%) and "at least" bounds it below only."""
+    fall = _grid_doc("regression", 28, 20, 32, 24)
+    assert _findings("Capacity fell 20%.", fall) == [] and _findings("Capacity regressed by 8 rps.", fall) == []
+    ((code, message),) = _findings("Capacity fell 50%.", fall)
+    assert code == "CB502" and "-37.5% .. -14.3%" in message, message
+    rise = _grid_doc("improvement", 20, 28, 24, 32)
+    assert _findings("Capacity rose ~65%.", rise) != []  # "65" is precise to its last digit: 64.5..65.5%
+    assert _findings("Capacity rose ~60%.", rise) == []  # a round 60: 55..65%, meets +60%
+    assert _findings("Capacity rose at least 50%.", rise) == []
+    for hedged in ("Capacity rose about 70%.", "Capacity rose at least 70%."):  # 65..75%; 69.5% and up
+        ((code, message),) = _findings(hedged, rise)
+        assert code == "CB502" and "+16.7% .. +60.0%" in message, message
+
+
+def test_a_search_that_found_nothing_failing_above_its_figure_is_open_above():
+    """The new run held the grid's top (28 rps, "at least"): nothing above it failed, so any rise
+    of at least +16.7% is allowed -- "rose 500%" is not flagged, a rise smaller than the grid
+    allows is, and the message says the interval has no upper bound. A compare JSON that
+    records neither search's failing level (before it was written) bounds nothing: no size is
+    flagged."""
+    top = _grid_doc("improvement", 20, 28, 24, None)
+    assert _findings("Capacity rose 500%.", top) == []
+    ((code, message),) = _findings("Capacity rose 10%.", top)
+    assert code == "CB502" and "+16.7% .. no upper bound" in message, message
+    assert _findings("Capacity rose 10%.", _doc("improvement", 20, 28)) == []
+
+
+def test_a_size_of_a_row_with_no_level_held_or_of_a_listed_figure_is_not_read():
+    """Precision over recall: a run that held no level has no figure to size a change by, and
+    a size after a list of metrics ("the max sustainable rate and p50 TTFT rose 90%") is not
+    said to be the figure's. The size beside another thing's number is not read either."""
+    none_held = _grid_doc("improvement", None, 28, 4, 32)
+    assert _findings("Capacity rose 900%.", none_held) == []
+    rise = _grid_doc("improvement", 20, 28, 24, 32)
+    assert [c for c, _ in _findings("The max sustainable rate and p50 TTFT rose 90%.", rise) if c == "CB502"] == []
+    assert _findings("Capacity rose with p99 TTFT under 5%.", rise) == []
+    assert [c for c, _ in _findings("Capacity rose 90%.", rise)] == ["CB502"]  # the same row, sized: read
+
+
+def test_the_cli_holds_a_capacity_rise_against_the_grid_of_two_sweep_runs(tmp_path: Path, capsys):
+    """End to end, as a user runs it: 20 rps (21 fails) before, 24 rps (25 fails) after, step 1 --
+    the true rise lies in [24/21 - 1, 25/20 - 1] = [+14.3%, +25%]. "rose 20%" is clean; "rose
+    50%" is CB502 naming that interval, through compare's own JSON."""
+    c = _compare(sweep_run(20, 1), sweep_run(24, 2))
+    assert c.sweeps[0].verdict == "improvement"
+    out = tmp_path / "compare.json"
+    out.write_text(json.dumps(c.to_json()))
+    pr = tmp_path / "PR.md"
+    pr.write_text("# Perf\n\nCapacity rose 20%.\n\nThe max sustainable rate rose 50%.\n\n## Claim boundary\n\nSynthetic.\n")
+    spec = tmp_path / "s.soak"
+    spec.write_text(SWEEP)
+    code = cli.main(["lint-claims", str(pr), "--spec", str(spec), "--compare", str(out)])
+    text = capsys.readouterr().out
+    assert code == 1, text
+    assert f"{pr}:5:5: CB502 states max_sustainable_rate rose 50%; 50% is outside" in text and "+14.3% .. +25.0%" in text, text
+    assert "^" + "~" * 28 + "\n" in text, text  # the caret covers "max sustainable rate rose 50%", its size too
+    assert f"{pr}:3:" not in text, text
+
+
+@settings(max_examples=60, deadline=None)
+@given(base=st.integers(1, 200), step=st.integers(1, 8), k=st.integers(2, 12), top=st.booleans(),
+       fall=st.booleans(), name=st.sampled_from(["Capacity", "The max sustainable rate", "The saturation point"]))
+def test_the_rows_own_change_is_never_flagged_and_one_beyond_the_grid_is(base, step, k, top, fall, name):
+    """Property: a review that states the Sweep row's own change -- its percentage to a tenth, or
+    its difference in rps -- lints clean whatever the grid (the figures' own change always lies
+    between the level each run held and the next that failed), and a percentage 10 points past
+    the widest change the grid allows is CB502 (unless the search that bounds it is open above:
+    a fall of up to 100% is then allowed)."""
+    lo, hi = base, base + k * step  # a change of k steps, k >= 2: beyond one step, so decided
+    b, n = (hi, lo) if fall else (lo, hi)
+    # `top`: the run that bounds the widest change found nothing failing above its figure (a rise:
+    # the new run held the grid's top; a fall: the base run did) -- that end is open
+    doc = _grid_doc("regression" if fall else "improvement", b, n, None if top and fall else b + step,
+                    None if top and not fall else n + step)
+    word = "fell" if fall else "rose"
+    assert _findings(f"{name} {word} {abs(n / b - 1) * 100:.1f}%.", doc) == []
+    assert _findings(f"{name} {word} by {abs(n - b)} rps.", doc) == []
+    widest = (1 - n / (b + step)) * 100 if fall else ((n + step) / b - 1) * 100
+    flagged = [c for c, _ in _findings(f"{name} {word} {min(widest + 10, 99.9) if fall else widest + 10:.1f}%.", doc)]
+    assert flagged == ([] if top else ["CB502"])

@@ -745,7 +745,17 @@ def _sweep_row(row: Any, where: str) -> SweepChangeRow:
         raise AdapterError(f"{where}: unknown sweep verdict {row['verdict']!r}")
     return SweepChangeRow(backend=row["backend"], figure=row["metric"], unit=str(row.get("unit") or ""),
                           base=_number(row, "base", where), new=_number(row, "new", where), verdict=row["verdict"],
-                          message=str(row.get("message") or ""), new_backend=str(row.get("new_backend") or row["backend"]))
+                          message=str(row.get("message") or ""), new_backend=str(row.get("new_backend") or row["backend"]),
+                          base_failing=_first_failing(row, "base_sweep", where),
+                          new_failing=_first_failing(row, "new_sweep", where))
+
+
+def _first_failing(row: dict[str, Any], key: str, where: str) -> float | None:
+    """A run's lowest failing level above its figure (`SweepFigure.to_json` `first_failing`);
+    None where the row does not record one (nothing above known to fail, or an older compare
+    JSON): the run's interval is then open above, which never makes a claimed size wrong."""
+    sweep = row.get(key)
+    return _number(sweep, "first_failing", f"{where}: {key}") if isinstance(sweep, dict) else None
 
 
 def change_facts(doc: Any, source: str) -> ChangeFacts:

@@ -4,11 +4,15 @@
 
 - `half_unit`: how precisely a stated number is written -- half a unit of its last digit;
 - `named_backends`: which backends a claim names, the same way for a row and a Sweep row;
-- `LIST_JOIN`: what joins the metrics of one list, for both readers.
+- `LIST_JOIN`: what joins the metrics of one list, for both readers;
+- `Magnitude`: a claimed size of a change, as `changes._magnitudes` reads it -- for a row and,
+  through the callable `changes` hands `sweep_changes.sweep_claims`, for the Sweep row (one
+  reader of "rose 20%", "by 4 rps", "~20%", "at least 1.2x" for both).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable
 
@@ -43,3 +47,25 @@ def named_backends(names: Iterable[str], texts: Iterable[str]) -> set[str]:
 # for `changes._is_list` and `sweep_changes._listed`: a list that groups under one direction for a
 # row groups so for the Sweep row too (the two had drifted: ", or" and "the" read in one only)
 LIST_JOIN = re.compile(r"\s*(?:,|/|&|and|or|,\s*and|,\s*or)?\s*(?:(?:the|its|our)\s+)?", re.I)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Magnitude:
+    """A claimed size of the change, as candidate ranges any of which may hold: `ranges` of the
+    relative change new / base - 1, `differences` of the difference new - base in the row's
+    base unit (seconds, tokens/s, requests/s, or a share for errors); `text` as written.
+
+    A row is compare's interval of one of the two (`ChangeRow.absolute`); the other is that
+    interval scaled by the row's base as measured (`_interval`). compare states no separate
+    interval of the difference of two percentiles or means -- its bootstrap and Fieller
+    intervals are of the ratio -- so "fell by 12 ms" is held against (low x base, high x base):
+    the difference compare's table shows (102.3 ms → 76.6 ms) lies in it whenever its
+    percentage lies in the interval of the ratio, and a claim rendered from the row is never
+    flagged. For errors the reverse: "errors fell 50%" read as of the share is held against
+    the interval of the difference divided by the base's share."""
+
+    text: str
+    ranges: tuple[tuple[float, float], ...]
+    start: int
+    end: int
+    differences: tuple[tuple[float, float], ...] = ()

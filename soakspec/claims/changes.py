@@ -101,7 +101,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from soakspec.claims.change_common import LIST_JOIN
+from soakspec.claims.change_common import LIST_JOIN, Magnitude
 from soakspec.claims.change_common import half_unit as _half
 from soakspec.claims.change_common import named_backends
 from soakspec.claims.direction import COMPARATIVE as _COMPARATIVE
@@ -217,28 +217,6 @@ _COMPARE_STAT = {"throughput": "mean", "qps": "mean", "errors": "ratio"}  # the 
 
 
 # ---------------------------------------------------------------- what a clause claims
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Magnitude:
-    """A claimed size of the change, as candidate ranges any of which may hold: `ranges` of the
-    relative change new / base - 1, `differences` of the difference new - base in the row's
-    base unit (seconds, tokens/s, requests/s, or a share for errors); `text` as written.
-
-    A row is compare's interval of one of the two (`ChangeRow.absolute`); the other is that
-    interval scaled by the row's base as measured (`_interval`). compare states no separate
-    interval of the difference of two percentiles or means -- its bootstrap and Fieller
-    intervals are of the ratio -- so "fell by 12 ms" is held against (low x base, high x base):
-    the difference compare's table shows (102.3 ms → 76.6 ms) lies in it whenever its
-    percentage lies in the interval of the ratio, and a claim rendered from the row is never
-    flagged. For errors the reverse: "errors fell 50%" read as of the share is held against
-    the interval of the difference divided by the base's share."""
-
-    text: str
-    ranges: tuple[tuple[float, float], ...]
-    start: int
-    end: int
-    differences: tuple[tuple[float, float], ...] = ()
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Claim:
@@ -812,6 +790,12 @@ def _finding(c: Claim, facts: ChangeFacts) -> tuple[str, str] | None:
     return "CB503", f"{claimed}; compare found no significant change (the interval holds 0): {_rows_text(decided)}"
 
 
+def _sweep_sizes(text: str, direction: str, word: str, d: tuple[int, int]) -> list[Magnitude]:
+    """A stated size of a change of the sweep's figure, read as a row's is: a capacity is a rate
+    whose higher is better, as QPS's (`sweep_changes._sizes`)."""
+    return _magnitudes(text, "qps", direction, word, d)
+
+
 def check_changes(doc: Document, path: str, facts: ChangeFacts | None, negated_blocks: frozenset[int] = frozenset()) -> list[Diagnostic]:
     """CB501-CB505: claims of change against compare's rows (only with `facts`)."""
     if facts is None:
@@ -828,7 +812,7 @@ def check_changes(doc: Document, path: str, facts: ChangeFacts | None, negated_b
         masked = doc.sentence_text(s)
         negated = s.block in negated_blocks
         clauses = _clauses(masked)
-        sweeps = sweep_claims(masked, clauses, _SWEEP_NOT_READ, _GAP, _metrics, negated)
+        sweeps = sweep_claims(masked, clauses, _SWEEP_NOT_READ, _GAP, _metrics, negated, _sweep_sizes)
         for sc in sweeps:  # the sweep's own figure ("capacity rose from 20 to 24 rps"): compare's sweep rows
             found = sweep_finding(sc, facts)
             if found is not None:

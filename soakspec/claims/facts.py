@@ -191,7 +191,13 @@ class SweepChangeRow:
     `figure` max_sustainable_rate | max_sustainable_concurrency, each run's highest probed level
     that holds (`base`, `new`; None: no level held), and compare's `verdict` on the two runs'
     [holds, fails] intervals: regression, improvement, no significant change (within one step of
-    the grid), inconclusive."""
+    the grid), inconclusive.
+
+    `base_failing` / `new_failing` are each run's lowest probed level above its figure that
+    fails (JSON `base_sweep` / `new_sweep` `first_failing`): the run's true limit lies in
+    [figure, failing]. None where nothing above the figure is known to fail -- a lower bound
+    ("at least X": the grid's top, or the next level never probed) or a compare JSON that did not
+    record it: the interval is open above (`sweep_changes` checks a claimed size against it)."""
 
     backend: str
     figure: str
@@ -201,6 +207,8 @@ class SweepChangeRow:
     verdict: str
     message: str
     new_backend: str = ""
+    base_failing: float | None = None
+    new_failing: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

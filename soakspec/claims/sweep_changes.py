@@ -27,7 +27,8 @@ the rows of the backend it names (else every row), one finding per claim:
 - CB501 a claimed rise or fall where every decided row moved the other way;
 - CB502 stated figures -- "from 20 to 24 rps", "20 → 24", "24 rps, up from 20" -- that are not
   the rows' base / new figures (within half a unit of the last digit; a row with no level held
-  has no figure to state) on any row that shows the direction;
+  has no figure to state) on any row that shows the direction; or a stated size of the change
+  outside the changes both searches allow on every such row (below);
 - CB503 a claimed rise or fall where compare found no significant change (the two searches are
   within one step of the grid) or its row is inconclusive;
 - CB504 "unchanged" / "no regression" where a row is a regression (an unchanged claim of an
@@ -37,19 +38,39 @@ the rows of the backend it names (else every row), one finding per claim:
   "capacity" and "saturation point" with no sweep row say nothing: a fixed-level comparison's
   review may use the words of something else.
 
-Not read: a size of the change ("rose 20%", "by 4 rps" -- a bisection knows each figure only to
-within its step; left for the direction check), a negated, hedged or asked clause (`polarity`),
-a rule or threshold, noise, a clause with two directions.
+The size of a change. A bisection knows each figure only to within its grid: a run's true limit
+lies in [X, F], X the level it held, F the next level above that failed (compare's JSON
+`base_sweep` / `new_sweep` `first_failing`; `SweepChangeRow.base_failing` / `new_failing`). So
+the changes both searches allow are new - base in [X_new - F_base, F_new - X_base] and new /
+base - 1 in [X_new / F_base - 1, F_new / X_base - 1] (`_allowed`) -- 20 [24] -> 28 [32] rps
+allows +4 .. +12 rps, +16.7% .. +60%: "capacity rose 70%" is CB502, naming that interval, and so
+is "rose 10%" (the grid shows more). A run with nothing above its figure known to fail (a lower
+bound: the grid's top, or the next level never probed; or a compare JSON that predates
+`first_failing`) leaves its end open ("+16.7% .. no upper bound"); a run that held no level has
+no figure to size a change by, and its row's size is not checked. The size is read by `changes`'
+own reader (`changes._magnitudes`, handed in as `sizes`: one reader for a row's size and the
+figure's), as a rate whose higher is better: "rose 20%", "a 20% higher capacity", "1.2x",
+"doubled", "by 4 rps" / "is up 4 rps" (a difference, held only against a rate's row: a
+concurrency has no unit a review writes after it), with its hedges -- "~" / "about" widen a round
+number ("~60%": 55..65%), "at least" / "more than" bound it below, "up to" above -- each held
+within half a unit of its last digit. Only a size next to the direction word (`_SIZE_AFTER`,
+`_SIZE_BEFORE`: "rose by 20%", "a 20% higher", "rose from 20 to 24 rps (+20%)") is read: "capacity
+rose with p99 under 5%" states no size of it; nor is a size after a list of metrics ("the max
+sustainable rate and p50 TTFT rose 20%": whose?). Stated figures are not read again as a size.
+
+Not read: a negated, hedged or asked clause (`polarity`), a rule or threshold, noise, a clause
+with two directions; a size of a concurrency in its own words ("by 4 concurrent requests").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from soakspec.claims.change_common import LIST_JOIN, half_unit, named_backends
+from soakspec.claims.change_common import LIST_JOIN, Magnitude, half_unit, named_backends
 from soakspec.claims.direction import APPROX, DIRECTION, TO
 from soakspec.claims.facts import ChangeFacts, SweepChangeRow
 from soakspec.claims.polarity import Polarity, polarity
@@ -97,6 +118,7 @@ class SweepClaim:
     sentence: str
     explicit: bool
     figure: str | None  # max_sustainable_rate | max_sustainable_concurrency where the name says which
+    sizes: tuple[Magnitude, ...] = ()  # a stated size of the change ("rose 20%", "by 4 rps"; `_sizes`)
 
 
 def subjects(text: str) -> list[re.Match[str]]:
@@ -128,11 +150,39 @@ def _direction(blanked: str, gap: re.Pattern[str]) -> tuple[str, str, int, int, 
     return None
 
 
+# what may stand between a stated size and the direction word it sizes: after it "rose 20%",
+# "rose by ~4 rps", "rose from 20 to 24 rps (+20%)" (the figures blanked), before it "a 20%
+# higher capacity", "20%-higher". Anything else ("capacity rose with p99 under 5%") is another
+# thing's number: not read (precision over recall)
+_SIZE_AFTER = re.compile(r"[\s,(+\-]*(?:(?:by|of)\s+)?", re.I)
+_SIZE_BEFORE = re.compile(r"[\s\-]*")
+_UNIT_AFTER = re.compile(rf"\s*{_UNIT}", re.I)
+Sizes = Callable[[str, str, str, tuple[int, int]], list[Magnitude]]
+
+
+def _sizes(read: str, kind: str, word: str, d: tuple[int, int], sizes: Sizes) -> tuple[Magnitude, ...]:
+    """The sizes of the change a claim's clause states next to its direction word, read by
+    `changes`' own reader (`sizes`: `changes._magnitudes` of a capacity, higher is better, in
+    req/s) with the stated figures blanked -- "from 20 to 24 rps", "24 rps, up from 20" are held
+    against the row's figures (CB502), not read again as a size."""
+    chars = list(read)
+    for m in [*_FROM_TO.finditer(read), *_UP_FROM.finditer(read)]:
+        unit = _UNIT_AFTER.match(read, m.end())  # "from 20 to 24 rps": the second figure's unit
+        for i in range(m.start(), unit.end() if unit else m.end()):
+            if not d[0] <= i < d[1]:
+                chars[i] = " "
+    text = "".join(chars)
+    return tuple(m for m in sizes(text, kind, word, d)
+                 if m.start == m.end  # the word's own ("doubled")
+                 or _SIZE_AFTER.fullmatch(text, d[1], m.start) or _SIZE_BEFORE.fullmatch(text, m.end, d[0]))
+
+
 def sweep_claims(masked: str, clauses: Sequence[tuple[int, int]], skip: re.Pattern[str], gap: re.Pattern[str],
-                 metrics: Callable[[str], list[Any]], negated: bool) -> list[SweepClaim]:
+                 metrics: Callable[[str], list[Any]], negated: bool, sizes: Sizes | None = None) -> list[SweepClaim]:
     """The claims of change about the sweep's figure one sentence (masked text) makes; `skip`
     marks a clause that is a rule, threshold or noise, `metrics` finds compare's other metrics
-    (`changes`): a clause that names one too ("TTFT rose in capacity tests") is not read."""
+    (`changes`): a clause that names one too ("TTFT rose in capacity tests") is not read.
+    `sizes` reads a stated size of the change (`_sizes`); without it none is read."""
     extra = re.compile(rf"(?:{gap.pattern}|{_EXTRA_GAP}|,)*", re.I)
     out: list[SweepClaim] = []
     for a, b in clauses:
@@ -156,8 +206,13 @@ def sweep_claims(masked: str, clauses: Sequence[tuple[int, int]], skip: re.Patte
             continue
         figures = [] if others else [stated] if stated else [(m.group("a") or m.group("a2"), m.group("b") or m.group("b2"))
                                                              for m in _FROM_TO.finditer(clause)]
+        # a size only of the figure alone: listed with other metrics, whose would it be?
+        sized = _sizes(read, kind, word, (ds, de), sizes) if sizes is not None and _SIGN[kind] and not others else ()
+        spans = [(m.start, m.end) for m in sized if m.start != m.end]  # the claim's span covers its size, as a row's does
+        start, end = min([start, *(x for x, _ in spans)]), max([end, *(y for _, y in spans)])
         out.append(SweepClaim(_SIGN[kind], " ".join(word.split()), tuple(figures) if len(figures) == 1 else (),
-                              a + start, a + end, clause, masked, bool(_EXPLICIT.search(subj.group(0))), _figure(subj.group(0))))
+                              a + start, a + end, clause, masked, bool(_EXPLICIT.search(subj.group(0))), _figure(subj.group(0)),
+                              sized))
     return out
 
 
@@ -194,6 +249,57 @@ def describe(r: SweepChangeRow) -> str:
     return f"{r.backend}: {r.figure} {_v(r.base, r.unit)} → {_v(r.new, r.unit)} ({r.verdict}: {r.message})"
 
 
+def _allowed(r: SweepChangeRow, difference: bool) -> tuple[float, float] | None:
+    """The changes of the figure both searches allow: each run's true limit lies in [figure,
+    first failing level] (open above where nothing above is known to fail), so new - base lies in
+    [new - base_failing, new_failing - base] and new / base - 1 in [new / base_failing - 1,
+    new_failing / base - 1]. None where a run held no level (no figure to size a change by) or,
+    for a relative change, the base's figure is not positive."""
+    if r.base is None or r.new is None:
+        return None
+    if difference:
+        return (r.new - r.base_failing if r.base_failing is not None else -math.inf,
+                r.new_failing - r.base if r.new_failing is not None else math.inf)
+    if r.base <= 0:
+        return None
+    return (r.new / r.base_failing - 1 if r.base_failing else -1.0,
+            r.new_failing / r.base - 1 if r.new_failing is not None else math.inf)
+
+
+def _size_holds(m: Magnitude, r: SweepChangeRow) -> bool:
+    """A candidate range of `m` meets the row's allowed changes of its kind (`_allowed`); a
+    difference in req/s is held only against a rate's row, and a kind the row cannot size is not
+    held against it (precision over recall)."""
+    checked = False
+    for difference, ranges in ((False, m.ranges), (True, m.differences)):
+        if not ranges or (difference and r.unit != "rps"):
+            continue
+        iv = _allowed(r, difference)
+        if iv is None:
+            continue
+        checked = True
+        tol = 1e-9 * max(1.0, *(abs(x) for x in iv if math.isfinite(x)))
+        if any(lo <= iv[1] + tol and iv[0] - tol <= hi for lo, hi in ranges):
+            return True
+    return not checked
+
+
+def _allowed_text(m: Magnitude, rows: Sequence[SweepChangeRow]) -> str:
+    """The allowed changes of the kind `m` states, per row: "+0% .. +40%", "+16.7% .. no upper
+    bound", "+0 rps .. +8 rps"."""
+    difference = not m.ranges
+    out = []
+    for r in rows:
+        iv = _allowed(r, difference)
+        if iv is None:
+            continue
+        unit = f" {r.unit}" if difference and r.unit else ""
+        ends = [("no lower bound" if i == 0 else "no upper bound") if not math.isfinite(x)
+                else f"{x:+g}{unit}" if difference else f"{x * 100:+.1f}%" for i, x in enumerate(iv)]
+        out.append(f"{ends[0]} .. {ends[1]}" + (f" ({r.backend})" if len(rows) > 1 else ""))
+    return "; ".join(out)
+
+
 def _rows(c: SweepClaim, facts: ChangeFacts) -> list[SweepChangeRow]:
     """The rows of the figure the claim names (a rate, a concurrency; "capacity": either), of the
     backend it names (else every backend)."""
@@ -207,6 +313,9 @@ def sweep_finding(c: SweepClaim, facts: ChangeFacts) -> tuple[str, str] | None:
     out; None where they do (module doc)."""
     name = c.figure or "the sweep's figure"
     said = (f"says \"{c.word}\" of {name}" if c.sign == 0 else f"states {name} {c.word}")
+    if c.sizes:
+        said += " " + " ".join(m.text for m in c.sizes if m.start != m.end)
+        said = said.rstrip()
     if c.figures:
         said += f" ({c.figures[0][0]} → {c.figures[0][1]})"
     rows = _rows(c, facts)
@@ -233,9 +342,15 @@ def sweep_finding(c: SweepClaim, facts: ChangeFacts) -> tuple[str, str] | None:
         return not c.figures or any(_near(c.figures[0][0], r.base) and _near(c.figures[0][1], r.new) for r in pool)
 
     if shows:
-        if stated_ok(shows):
+        if not stated_ok(shows):
+            return "CB502", f"{said}; those are not compare's figures: {text}"
+        missed = [m for m in c.sizes if not any(_size_holds(m, r) for r in shows if stated_ok([r]))]
+        if not missed:
             return None
-        return "CB502", f"{said}; those are not compare's figures: {text}"
+        pool = [r for r in shows if stated_ok([r])]
+        return "CB502", (f"{said}; {missed[0].text} is outside the change the two searches allow "
+                         f"({_allowed_text(missed[0], pool)}: each run's limit lies between the level it held and the "
+                         f"next that failed): {text}")
     if all(moved.get(r.verdict) == -c.sign for r in decided):
         return "CB501", f"{said}; compare measured the opposite: {text}"
     if not stated_ok(decided):
@@ -246,7 +361,8 @@ def sweep_finding(c: SweepClaim, facts: ChangeFacts) -> tuple[str, str] | None:
 HINTS = {
     "CB501": "the sweep's figure is what `soakspec compare BASE NEW` found (its Sweep row); correct the direction "
              "(a higher sustainable load is better)",
-    "CB502": "state compare's figures: the Sweep row's base and new (max_sustainable_*)",
+    "CB502": "state compare's figures: the Sweep row's base and new (max_sustainable_*), and a size of the change "
+             "the grid allows (each figure is known only to within one step)",
     "CB503": "a bisection knows its figure only to within one step of its grid: say no significant change was found, "
              "or sweep with a finer step (an inconclusive row: with longer probes)",
 }
