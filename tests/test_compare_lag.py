@@ -1,16 +1,20 @@
 """compare's timing rule that FAILs only because the new run's load generator was later: at an
-open-loop level without max_concurrency, ttft and latency run from the intended start and hold
-the client's schedule lag (within client_schedule_lag: no saturated bucket), so a client later
-than the base's could carry a `p50(ttft) regression <= 5%` past its limit with the server
-unchanged. The same statistic from the actual send (sent_ttft) decides: where it does not fail
-the rule is INCONCLUSIVE with the reason, never FAIL (as the gate, tests/test_lag_blame.py);
-where it fails too, capped and closed-loop levels keep their FAIL."""
+open-loop level, ttft and latency run from the intended start and hold the client's schedule lag
+(within client_schedule_lag: no saturated bucket), so a client later than the base's could carry
+a `p50(ttft) regression <= 5%` past its limit with the server unchanged. The same statistic less
+the client's own lateness decides, the figure the gate chooses (`performance.lag_figure`): from
+the actual send (sent_ttft) without max_concurrency, ttft - schedule_lag under it (the wait for a
+slot kept). Where it does not fail the rule is INCONCLUSIVE with the reason, never FAIL (as the
+gate, tests/test_lag_blame.py); where it fails too, and at a closed loop, the FAIL stands."""
 
 from __future__ import annotations
 
 import random
 
+import pytest
+
 from soakspec.compare import RunSamples, compare, parse_rule
+from soakspec.judge import judge
 from soakspec.judge.testing import EvidenceBuilder, small_spec
 
 ALLOWANCE = "client_schedule_lag = 1s"  # a client 160 ms late is not saturated: client_healthy passes
@@ -20,26 +24,31 @@ CLOSED = small_spec(mode="closed", levels="[4]", duration="4m", bucket="1m", gat
 RULE = "require p50(ttft) regression <= 5%"
 
 
-def timed(spec, seed: int, *, lag: float, server: float, run_id: str, client: bool = True) -> EvidenceBuilder:
-    """400 measured requests, each sent `lag` after its intended start and answered its first
-    token `server` x a lognormal draw (seeded) after the send; ttft and latency from the
-    intended start, as the runner writes them. `client`: with a client.jsonl of a load process
-    that kept up."""
+def timed(spec, seed: int, *, lag: float, server: float, run_id: str, client: bool = True,
+          wait: float = 0.0) -> EvidenceBuilder:
+    """400 measured requests, each sent `lag` after its intended start (after its slot, where it
+    waited `wait` for one under max_concurrency: `admitted`) and answered its first token
+    `server` x a lognormal draw (seeded) after the send; ttft and latency from the intended
+    start, as the runner writes them. `client`: with a client.jsonl of a load process that kept
+    up."""
     b = EvidenceBuilder(spec, per_bucket=100, run_id=run_id)
     if client:
         b.with_client()
     rng = random.Random(seed)
     for r in b.measured("a"):
-        start = r["intended_start"] + lag
+        if wait:
+            r["admitted"] = r["intended_start"] + wait
+        start = r["intended_start"] + wait + lag
         s = 0.15 * server * rng.lognormvariate(0.0, 0.2)
         r.update(start=start, first_byte=start + s - 0.005, first_token=start + s, end=start + s + 1.0,
                  ttft=None, latency=None)
     return b
 
 
-def _judged(spec, *, base_lag: float, new_lag: float, server: float = 1.0, rule: str = RULE, client: bool = True):
+def _judged(spec, *, base_lag: float, new_lag: float, server: float = 1.0, rule: str = RULE, client: bool = True,
+            new_wait: float = 0.0):
     base = timed(spec, 1, lag=base_lag, server=1.0, run_id="base", client=client).build()
-    new = timed(spec, 2, lag=new_lag, server=server, run_id="new", client=client).build()
+    new = timed(spec, 2, lag=new_lag, server=server, run_id="new", client=client, wait=new_wait).build()
     return compare(base, new, resamples=2000, rules=[parse_rule(rule)])
 
 
@@ -49,8 +58,8 @@ def test_a_regression_only_the_new_clients_lag_makes_is_inconclusive_with_the_se
     assert ttft.verdict == "regression" and ttft.low > 0.05  # from the intended start it did regress
     out = c.rules[0]
     assert out.status == "inconclusive", out.message
-    assert out.message.startswith("not judged, the regression of p50(ttft) is the load generator's: from the actual "
-                                  "send p50(sent_ttft) changed "), out.message
+    assert out.message.startswith("not judged, the regression of p50(ttft) is the load generator's: measured from the "
+                                  "actual send (p50(sent_ttft)) it changed "), out.message
     assert "the new run's schedule lag p50 160ms against the base's 2ms" in out.message, out.message
     assert "it measured: a " in out.message and "(limit 5%)" in out.message, out.message
     assert c.outcome == "INCONCLUSIVE"
@@ -69,11 +78,35 @@ def test_a_server_slower_from_the_send_too_still_fails():
     assert c.outcome == "FAIL"
 
 
-def test_a_capped_level_keeps_its_fail():
-    """Under max_concurrency the difference from the send is also the wait for a slot, which
-    users see: judged as measured."""
+def test_a_capped_regression_only_the_clients_lag_makes_is_inconclusive_as_the_gate_says():
+    """Under max_concurrency the figure is the gate's (`lag_figure`): ttft - schedule_lag, the
+    wait for a slot kept. No request waited for one here, so the new run's 160 ms is all the
+    client's: INCONCLUSIVE, naming the figure as the gate does -- and the gate, on the same
+    evidence under `p50(ttft) < 250ms`, is INCONCLUSIVE too (before, compare FAILed it)."""
     c = _judged(CAPPED, base_lag=0.002, new_lag=0.16)
+    out = c.rules[0]
+    assert out.status == "inconclusive", out.message
+    assert out.message.startswith("not judged, the regression of p50(ttft) is the load generator's: measured less the "
+                                  "load generator's own lateness (p50(ttft - schedule_lag), the wait for a slot under "
+                                  "max_concurrency kept) it changed "), out.message
+    assert "the new run's schedule lag p50 160ms against the base's 2ms" in out.message, out.message
+    assert c.outcome == "INCONCLUSIVE"
+    assert not [r for r in c.rows if "schedule_lag" in r.metric]  # no row of its own: the family is as it was
+    lat = _judged(CAPPED, base_lag=0.002, new_lag=0.5, rule="require p50(latency) regression <= 5%").rules[0]
+    assert lat.status == "inconclusive" and "p50(latency - schedule_lag)" in lat.message, lat.message
+    spec = small_spec("require p50(ttft) < 250ms per level", mode="open", levels="[2rps]\n    max_concurrency = 4",
+                      duration="4m", bucket="1m", gate=ALLOWANCE)
+    gate = judge(spec, timed(spec, 2, lag=0.16, server=1.0, run_id="new").build())
+    assert next(r for r in gate.rules if r.rule == "p50(ttft) < 250ms per level").status == "inconclusive"
+
+
+def test_a_capped_levels_longer_wait_for_a_slot_keeps_its_fail():
+    """The same lateness, but each of the new run's requests also waited 150 ms for a slot under
+    the cap: what users see, kept in the figure (the send figure would hide it), so the figure
+    fails too and the FAIL stands."""
+    c = _judged(CAPPED, base_lag=0.002, new_lag=0.16, new_wait=0.15)
     assert c.rules[0].status == "fail", c.rules[0].message
+    assert "load generator" not in c.rules[0].message
     assert c.outcome == "FAIL"
 
 
@@ -85,27 +118,31 @@ def test_a_closed_loop_keeps_its_fail():
     assert c.rules[0].status == "fail", c.rules[0].message
 
 
-def test_a_base_run_read_up_front_keeps_what_the_check_needs_when_asked():
+@pytest.mark.parametrize("spec,figure", [(OPEN, "sent_ttft"), (CAPPED, "ttft - schedule_lag")], ids=["open", "capped"])
+def test_a_base_run_read_up_front_keeps_what_the_check_needs_when_asked(spec, figure):
     """The command reads the base run up front (`keep=False`): with `from_send` it keeps the
-    open level's sent_* samples and lag, and the rule is INCONCLUSIVE as above; without, the
-    FAIL stands, and a note says it was not checked."""
-    base_ev = timed(OPEN, 1, lag=0.002, server=1.0, run_id="base").build()
-    new_ev = timed(OPEN, 2, lag=0.16, server=1.0, run_id="new").build()
+    open level's samples of its lag figure (from the send; under a cap, less the client's
+    lateness) and lag, and the rule is INCONCLUSIVE as above; without, the FAIL stands, and a
+    note says it was not checked."""
+    base_ev = timed(spec, 1, lag=0.002, server=1.0, run_id="base").build()
+    new_ev = timed(spec, 2, lag=0.16, server=1.0, run_id="new").build()
     rule = [parse_rule(RULE)]
     kept = compare(RunSamples.read(base_ev, dir="base", keep=False, from_send=True), new_ev, resamples=2000, rules=rule)
     assert kept.rules[0].status == "inconclusive" and "against the base's 2ms" in kept.rules[0].message
+    assert f"(p50({figure})" in kept.rules[0].message, kept.rules[0].message
     bare = compare(RunSamples.read(base_ev, dir="base", keep=False), new_ev, resamples=2000, rules=rule)
     assert bare.rules[0].status == "fail"
-    assert any("was not checked from the actual send" in n for n in bare.notes), bare.notes
+    assert any("was not checked" in n and f"without its {figure} samples" in n for n in bare.notes), bare.notes
 
 
-def test_the_command_checks_a_require_rule_from_the_send(tmp_path, capsys):
+@pytest.mark.parametrize("spec", [OPEN, CAPPED], ids=["open", "capped"])
+def test_the_command_checks_a_require_rule_from_the_send(tmp_path, capsys, spec):
     """`soakspec compare BASE NEW --require ...` reads the base run up front: it keeps what the
     check needs, and the lag-only regression exits 3 (INCONCLUSIVE), not 1."""
     from soakspec.cli import main
 
-    base = timed(OPEN, 1, lag=0.002, server=1.0, run_id="base").write(tmp_path / "base")
-    new = timed(OPEN, 2, lag=0.16, server=1.0, run_id="new").write(tmp_path / "new")
+    base = timed(spec, 1, lag=0.002, server=1.0, run_id="base").write(tmp_path / "base")
+    new = timed(spec, 2, lag=0.16, server=1.0, run_id="new").write(tmp_path / "new")
     assert main(["compare", str(base), str(new), "--resamples", "2000", "--require", "p50(ttft) regression <= 5%"]) == 3
     assert "is the load generator's" in capsys.readouterr().out
 

@@ -110,8 +110,9 @@ def comparison_of(command: str, base_dir: str, new_dir: str, spec_file: str | No
 
 
 def _lag_checked(spec: Any, rules: Sequence[Any]) -> bool:
-    """Whether the base run read up front keeps its open-loop levels' samples from the send (a
-    failing ttft or latency rule's check, `compare._lag_decided`): where a rule named so far --
+    """Whether the base run read up front keeps its open-loop levels' lag figures' samples (from
+    the send; under max_concurrency, less the client's lateness: a failing ttft or latency
+    rule's check, `compare._lag_decided`): where a rule named so far --
     --require, the compare block of the spec it is judged with -- is on ttft or latency (the new
     run's spec is read after the base's table went; its own rule alone is checked where --spec
     or --require names it too)."""

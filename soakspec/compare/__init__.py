@@ -237,7 +237,7 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
     rows = tuple(_rows(pending, confidence, row_conf, resamples, seed))
     judged = all(r.client_judged for r in read)  # `client_healthy = false` in either run's gate: as measured, as the gate
     outcomes = tuple(_judge_rule(r, rows, _client_blocked(r, rows, health),
-                                 _lag_decided(r, rows, pending, (confidence, row_conf, resamples, seed), notes) if judged else {})
+                                 _lag_decided(r, rows, pending, (confidence, row_conf, resamples, seed), notes, judged))
                      for r in rules)
     req = [o for o in outcomes if o.rule.severity == "require"]
     fails: list[str] = []  # reasons to FAIL besides the rules

@@ -12,9 +12,11 @@ either run's load generator did not keep up (a bucket of it the gate's client_he
 saturated; every level where it cannot say which: no client.jsonl, requests never sent) is
 inconclusive there, as the gate makes a FAIL that overlaps such a bucket: the change may be the
 client's own lag. A failing row of a level where both kept up still FAILs the rule -- except a
-ttft or latency row of an open-loop level without max_concurrency in both runs whose same
-statistic from the actual send (sent_ttft, sent_latency) does not fail the limit: the new run's
-client was later, the server was not slower, and the rule is INCONCLUSIVE there (`_lag_decided`). The rule takes
+ttft or latency row of an open-loop level in both runs whose same statistic less the load
+generator's own lateness (the gate's figure, `performance.lag_figure`: from the actual send,
+sent_ttft / sent_latency, without max_concurrency; ttft - schedule_lag under it, the wait for a
+slot kept) does not fail the limit: the new run's client was later, the server was not slower,
+and the rule is INCONCLUSIVE there (`_lag_decided`). The rule takes
 the worst row; a `warn` rule that fails is WARN (status "warn", as `gate` writes it) and
 never changes the outcome. `ratio(errors) regression <= 1%` bounds the rise of the share of
 unsuccessful requests in percentage points. Without a rule on ratio(errors), a significant rise
@@ -41,7 +43,7 @@ from typing import Any, Literal
 from soakspec.evidence.record import CANCELLED_BY_ABORT
 from soakspec.judge.common import Kind, fold, format_value
 from soakspec.compare.metrics import BY_NAME
-from soakspec.compare.samples import ClientHealth, LAG_P50, LevelSamples, _LevelSamples, _open_uncapped
+from soakspec.compare.samples import ClientHealth, LAG_P50, LevelSamples, _LevelSamples, figure_samples
 from soakspec.compare.rules import CompareRule
 from soakspec.compare.rows import Row, _Pending, _row, signed_percent
 from soakspec.compare.intervals import proportion_difference
@@ -152,55 +154,81 @@ def _client_blocked(rule: CompareRule, rows: Sequence[Row], health: Sequence[Cli
 
 
 def _lag_decided(rule: CompareRule, rows: Sequence[Row], pending: Sequence[_Pending],
-                 how: tuple[float, float, int, int], notes: list[str]) -> dict[int, str]:
-    """The rows of a rule on ttft or latency that fail it at an open-loop level without
-    max_concurrency in both runs where the same statistic from the actual send (sent_ttft,
-    sent_latency: `judge.performance.FROM_SEND`) does not fail the same limit, with why: the
-    regression is the new run's load generator being later (its schedule lag, within
-    client_schedule_lag: no saturated bucket, else `_client_blocked` has the row), not the
-    server, and is INCONCLUSIVE, never a FAIL -- as the gate's `performance._lag_decided` makes
-    such an instance. Where the send figure fails too the FAIL stands (the server's own time);
-    a capped level's difference is the wait for a slot, which users see, and a closed loop has
-    none: both judged as measured. The send row is made only for a failing row, by `_row` with
-    the same statistic, interval method, row confidence and seed scheme as the level's sent_*
-    rows where capped (`how`: confidence, row confidence, resamples, seed). It is not one more
-    comparison of the family (m, `family_confidence`): it cannot make a FAIL, only take one
-    back, so it adds no false FAIL for the correction to bound -- and counting it would widen
-    every row of a comparison by rows it does not show. A run read up front without its sent
-    samples (`RunSamples.read(keep=False)` without `from_send`) is not checked: a note says the
-    FAIL stands unchecked. `rows[i]` is `pending[i]`'s row."""
-    from soakspec.judge.performance import FROM_SEND
+                 how: tuple[float, float, int, int], notes: list[str], judged: bool) -> dict[int, str]:
+    """The rows of a rule on ttft or latency that fail it at an open-loop level in both runs
+    where the same statistic less the load generator's own lateness does not fail the same
+    limit, with why: the regression is the new run's load generator being later (its schedule
+    lag, within client_schedule_lag: no saturated bucket, else `_client_blocked` has the row),
+    not the server, and is INCONCLUSIVE, never a FAIL -- as the gate's
+    `performance._lag_decided` makes such an instance. The figure is the gate's own choice,
+    `performance.lag_figure`, asked of the level pair, so that the two cannot drift: where
+    neither level declares max_concurrency the time from the actual send (sent_ttft,
+    sent_latency); where one does, the time less only the client's lateness (ttft -
+    schedule_lag, `registry.LESS_LAG`: the wait for a slot under the user's cap, which users
+    see, kept -- a FAIL that wait carries stands, as the gate's). A closed loop (its intended
+    start is its send) and runs whose gates do not judge their client (`judged`: either says
+    `client_healthy = false`) are judged as measured; so is a pair where only one level is an
+    open loop. Where the figure fails too the FAIL stands (the server's own time). The figure's
+    row is made only for a failing row, by `_row` with the same statistic, interval method, row
+    confidence and seed scheme as every row (`how`: confidence, row confidence, resamples,
+    seed). It is not one more comparison of the family (m, `family_confidence`): it cannot make
+    a FAIL, only take one back, so it adds no false FAIL for the correction to bound -- and
+    counting it would widen every row of a comparison by rows it does not show. A run read up
+    front without the figure's samples (`RunSamples.read(keep=False)` without `from_send`, or a
+    level whose cap its pair does not share) is not checked: a note says the FAIL stands
+    unchecked. `rows[i]` is `pending[i]`'s row."""
+    from soakspec.judge.performance import FROM_SEND, lag_figure
 
     if rule.metric not in FROM_SEND:
         return {}
-    sent = BY_NAME[FROM_SEND[rule.metric]]
+    both = _Runs(_Gate(judged))  # what lag_figure asks of a run: whether its gate judges the client
     confidence, row_conf, resamples, seed = how
     out: dict[int, str] = {}
     for i, r in enumerate(rows):
         p = pending[i]
-        if r.metric != rule.metric or r.stat != rule.stat or r.turn is not None or not _fails(rule, r) \
-                or not (_open_uncapped(p.base_lv.entry) and _open_uncapped(p.new_lv.entry)):
+        if r.metric != rule.metric or r.stat != rule.stat or r.turn is not None or not _fails(rule, r):
             continue
-        if not all(isinstance(lv.samples, _LevelSamples) or sent.name in lv.samples for lv in (p.base_lv, p.new_lv)):
-            notes.append(f"{r.backend} {r.where}: {rule.stat}({rule.metric}) was not checked from the actual send "
-                         f"(the base run was read without its {sent.name} samples): its FAIL may be the load generator's lag")
+        lvs = (p.base_lv, p.new_lv)
+        fig = lag_figure(both, rule.metric, list(lvs))  # type: ignore[arg-type]
+        if fig is None or any(lag_figure(both, rule.metric, [lv]) is None for lv in lvs):  # type: ignore[arg-type]
+            continue  # each level an open loop, or judged as measured
+        sides = tuple(figure_samples(lv, fig) for lv in lvs)
+        if sides[0] is None or sides[1] is None:
+            lacking = " and ".join(w for w, x in zip(("base", "new"), sides) if x is None)
+            notes.append(f"{r.backend} {r.where}: {rule.stat}({rule.metric}) was not checked {fig.measured} (the "
+                         f"{lacking} run was read without its {fig.name} samples): its FAIL may be the load generator's lag")
             continue
-        s = _row(dataclasses.replace(p, key=(*p.key[:4], sent.name, p.stat), cm=sent), confidence, row_conf, resamples, seed)
+        s = _row(dataclasses.replace(p, key=(*p.key[:4], fig.name, p.stat), cm=BY_NAME[fig.metric]), confidence, row_conf,
+                 resamples, seed, (sides[0], sides[1]))
         if _fails(rule, s):
             continue
-        out[i] = _lag_said(rule, s, p)
+        out[i] = _lag_said(rule, s, p, fig)
     return out
 
 
-def _lag_said(rule: CompareRule, s: Row, p: _Pending) -> str:
-    """Why a failing row is the load generator's (`_lag_decided`): the send row's change and
-    interval, and each run's schedule lag p50."""
-    figure = f"{rule.stat}({s.metric})"
+@dataclasses.dataclass(frozen=True)
+class _Gate:
+    client_healthy: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Runs:
+    """The two compared runs as `performance.lag_figure` reads a run: its gate's
+    `client_healthy` (true only where both runs' gates judge their client)."""
+
+    gate: _Gate
+
+
+def _lag_said(rule: CompareRule, s: Row, p: _Pending, fig: Any) -> str:
+    """Why a failing row is the load generator's (`_lag_decided`): its figure less the client's
+    lateness (`LagFigure`: named as the gate names it), that row's change and interval, and
+    each run's schedule lag p50."""
+    figure = f"measured {fig.measured} ({fig.text(rule.metric, f'{rule.stat}({rule.metric})')}{fig.keeps})"
     iv = s.regression_interval()
     if iv is not None and s.change is not None:
-        send = f"from the actual send {figure} changed {signed_percent(s.change)} [{signed_percent(iv[0])}, {signed_percent(iv[1])}]"
+        send = f"{figure} it changed {signed_percent(s.change)} [{signed_percent(iv[0])}, {signed_percent(iv[1])}]"
     else:
-        send = f"from the actual send {figure} cannot be judged ({s.verdict}, n={s.n_base}/{s.n_new}, needs {s.need})"
+        send = f"{figure} it cannot be judged ({s.verdict}, n={s.n_base}/{s.n_new}, needs {s.need})"
     lag = [_lag_of(lv) for lv in (p.new_lv, p.base_lv)]
     shown = ["unknown" if v is None else format_value(v, Kind.DURATION) for v in lag]
     return (f"the regression of {rule.stat}({rule.metric}) is the load generator's: {send}; the new run's schedule lag "

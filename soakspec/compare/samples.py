@@ -24,7 +24,7 @@ the sorted list gave, bit for bit.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -38,6 +38,7 @@ from soakspec.judge.index import BackendIndex, LevelIndex, capped, index
 from soakspec.judge.joined import _time_scale, join
 from soakspec.judge.measures import Distribution, PerBucket, PerToken, mask
 from soakspec.judge.measures import Outcome as OutcomeCount
+from soakspec.judge.performance import FROM_SEND, LagFigure, lag_figure
 from soakspec.judge.registry import metric
 from soakspec.judge.scope import rows_by_turn
 from soakspec.judge.sweep import sweep_workload
@@ -139,9 +140,10 @@ def _outcomes(records: Any, impl: OutcomeCount) -> np.ndarray:
     return np.fromiter((bool(impl.counts(r)) for r in records), dtype=bool)
 
 
-def _distribution(records: Any, cm: CompareMetric) -> Samples:
-    """`_samples` of a distribution over `records` (a level's, or one of its turns')."""
-    impl = metric(cm.name)
+def _distribution(records: Any, cm: CompareMetric, impl: Any = None) -> Samples:
+    """`_samples` of a distribution over `records` (a level's, or one of its turns'); `impl`
+    another implementation of `cm`'s kind to measure with (a `LagFigure`'s, `figure_samples`)."""
+    impl = impl if impl is not None else metric(cm.name)
     assert isinstance(impl, Distribution)
     c = impl.counted(records)
     if c is not None:
@@ -236,6 +238,9 @@ class _LevelSamples:
     def lag_p50(self) -> float | None:
         return _lag_p50(self.lv)
 
+    def figure(self, fig: LagFigure) -> Samples:
+        return _distribution(self.lv.records, BY_NAME[fig.metric], fig.impl)
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LevelSamples:
@@ -271,8 +276,9 @@ class RunSamples:
     runs held both tables (10^7 requests a side: 1.2 GiB), where one table and the other's
     samples (ttft, tpot, latency: 12 bytes a request held compactly -- 24 where a value is not a
     whole multiple of one power of two, `Sorted.compact` -- 8 more at a level that declares
-    max_concurrency for sent_ttft and sent_latency, and at a multi-turn level ttft per turn, with
-    sent_ttft where capped; itl counted by value) are enough."""
+    max_concurrency for sent_ttft and sent_latency -- and with `from_send` 8 more at an open-loop
+    level for each lag figure a row is not made of -- and at a multi-turn level ttft per turn,
+    with sent_ttft where capped; itl counted by value) are enough."""
 
     side: Side
     ran: Any
@@ -289,10 +295,11 @@ class RunSamples:
         """`ev` joined as the gate joins it (re-derived by `judge`, by default `ran`: the spec
         the run ran, read from its manifest when not given; None: read as stored; every sweep
         probe kept). `keep`: the samples are read from the table when a row asks (the table
-        stays with them). `from_send` (keep=False only): an open-loop level without
-        max_concurrency keeps its sent_ttft and sent_latency samples and its schedule lag's p50
-        too, for a failing ttft or latency rule's check from the send (`_lag_decided`); without
-        them such a FAIL stands, with a note."""
+        stays with them). `from_send` (keep=False only): an open-loop level whose gate judges
+        its client keeps the samples of its lag figures (`_lag_figures`: sent_ttft and
+        sent_latency, under max_concurrency ttft and latency less schedule_lag) and its schedule
+        lag's p50 too, for a failing ttft or latency rule's check (`_lag_decided`); without them
+        such a FAIL stands, with a note."""
         side = _side(dir, ev)
         ran = ran if ran is not None else ran_spec(ev)
         judge = ran if judge is _RAN else judge
@@ -301,7 +308,7 @@ class RunSamples:
         swept = ran is not None and sweep_workload(ran) is not None  # (a sweep spec has one backend)
         backends = tuple(BackendSamples(bi.name, tuple(LevelSamples(
             bi.name, lv.workload, lv.index, lv.label, lv.entry,
-            _LevelSamples(bi, lv) if keep else _read_up_front(bi, lv, from_send),
+            _LevelSamples(bi, lv) if keep else _read_up_front(bi, lv, _lag_figures(run, lv) if from_send else ()),
             _cancelled_by_abort(lv), _TurnSamples(lv) if keep else _turn_samples(lv)) for lv in bi.levels),
             swept or isinstance(bi.evidence.entry.get("sweep"), Mapping), network_path(bi.evidence.entry)) for bi in indexes)
         sweeps = figures(judge, ev) if judge is not None else ()  # before the table may go: it reads each probe
@@ -309,32 +316,47 @@ class RunSamples:
                    client_judged=run is None or bool(getattr(run.gate, "client_healthy", True)))
 
 
-def _open_uncapped(entry: Mapping[str, Any]) -> bool:
-    """An open-loop level without max_concurrency: its ttft and latency hold the load
-    generator's own schedule lag, and nothing else, beyond sent_ttft and sent_latency."""
-    return entry.get("mode") == "open" and not capped(entry)
+def _lag_figures(run: Any, lv: LevelIndex) -> list[LagFigure]:
+    """The figures a failing ttft or latency of `lv` is measured again with (the gate's
+    `performance.lag_figure`: at an open-loop level whose gate judges its client, the send
+    figure where uncapped, the time less the client's own lateness where capped), kept by a
+    level read up front with `from_send` (`_lag_decided`); none for a run that was not joined."""
+    if run is None:
+        return []
+    return [f for m in FROM_SEND if (f := lag_figure(run, m, [lv])) is not None]
+
+
+def figure_samples(lv: LevelSamples, fig: LagFigure) -> Samples | None:
+    """`lv`'s samples of a `LagFigure` (`_lag_decided`): from its table, or as read up front --
+    None where it was read without them (no `from_send`, or another figure: a level whose cap
+    the other run's level does not share keeps its own)."""
+    if isinstance(lv.samples, _LevelSamples):
+        return lv.samples.figure(fig)
+    got: Samples | None = lv.samples.get(fig.name)
+    return got
 
 
 def _lag_p50(lv: LevelIndex) -> float | None:
-    """The p50 of the level's schedule lag (the gate's `schedule_lag`: actual send less
-    intended start), None without one."""
+    """The p50 of the level's schedule lag (the gate's `schedule_lag`: the client's own lateness,
+    from the slot where the request waited for one), None without one."""
     vals = np.asarray(metric("schedule_lag").values(lv.records), dtype=np.float64)
     return float(stats.percentile(vals, 50)) if len(vals) else None  # type: ignore[arg-type]
 
 
-def _read_up_front(bi: BackendIndex, lv: LevelIndex, from_send: bool) -> dict[str, Any]:
+def _read_up_front(bi: BackendIndex, lv: LevelIndex, figs: Sequence[LagFigure]) -> dict[str, Any]:
     """A level's samples read at once (`RunSamples.read(keep=False)`): every metric's row
-    samples, sent_* where the level is capped, and with `from_send` at an open-loop level
-    without a cap sent_* and the schedule lag's p50 too (`_lag_decided`)."""
-    lagged = from_send and _open_uncapped(lv.entry)
-    out: dict[str, Any] = {cm.name: _compact(_samples(bi, lv, cm)) for cm in METRICS
-                           if not cm.capped_only or capped(lv.entry) or lagged}
-    if lagged:
+    samples, sent_* where the level is capped, and each of `figs` (`_lag_figures`, with
+    `from_send`) by its name with the schedule lag's p50 (`_lag_decided`)."""
+    out: dict[str, Any] = {cm.name: _compact(_samples(bi, lv, cm)) for cm in METRICS if not cm.capped_only or capped(lv.entry)}
+    for f in figs:
+        if f.name not in out:
+            out[f.name] = _compact(_distribution(lv.records, BY_NAME[f.metric], f.impl))
+    if figs:
         out[LAG_P50] = _lag_p50(lv)
     return out
 
 
-LAG_P50 = "schedule_lag p50"  # a level read up front with `from_send`: its schedule lag's p50 (`_read_up_front`)
+LAG_P50 = "schedule_lag p50"  # a level read up front with its lag figures: its schedule lag's p50 (`_read_up_front`)
 
 
 @dataclasses.dataclass(frozen=True)
