@@ -15,7 +15,7 @@ import pytest
 
 from soakspec.compare import RunSamples, compare, parse_rule
 from soakspec.judge import judge
-from soakspec.judge.testing import EvidenceBuilder, small_spec
+from soakspec.judge.testing import EvidenceBuilder, small_spec, spec_from_text
 
 ALLOWANCE = "client_schedule_lag = 1s"  # a client 160 ms late is not saturated: client_healthy passes
 OPEN = small_spec(mode="open", levels="[2rps]", duration="4m", bucket="1m", gate=ALLOWANCE)
@@ -145,6 +145,21 @@ def test_the_command_checks_a_require_rule_from_the_send(tmp_path, capsys, spec)
     new = timed(spec, 2, lag=0.16, server=1.0, run_id="new").write(tmp_path / "new")
     assert main(["compare", str(base), str(new), "--resamples", "2000", "--require", "p50(ttft) regression <= 5%"]) == 3
     assert "is the load generator's" in capsys.readouterr().out
+
+
+def test_the_command_checks_a_rule_only_the_new_runs_compare_block_holds(tmp_path, capsys):
+    """Without --spec the rules are the new run's compare block's, and the base run is read up
+    front before the new run is: it keeps what the check needs because the new run's spec is
+    read from its manifest first, so a ttft rule the base run's spec does not hold is checked
+    too -- exit 3 (INCONCLUSIVE), not a FAIL left unchecked with a note."""
+    from soakspec.cli import main
+
+    reviewed = spec_from_text(OPEN.canonical_text + "\ncompare {\n  require regression(p50(ttft)) <= 5%\n}\n")
+    base = timed(OPEN, 1, lag=0.002, server=1.0, run_id="base").write(tmp_path / "base")
+    new = timed(reviewed, 2, lag=0.16, server=1.0, run_id="new").write(tmp_path / "new")
+    assert main(["compare", str(base), str(new), "--resamples", "2000"]) == 3
+    out = capsys.readouterr().out
+    assert "is the load generator's" in out and "was not checked" not in out, out
 
 
 def test_a_gate_that_does_not_judge_its_client_keeps_the_fail_as_measured():

@@ -95,7 +95,7 @@ def comparison_of(command: str, base_dir: str, new_dir: str, spec_file: str | No
     base_judge, base_ev = loaded
     base = RunSamples.read(base_ev, dir=str(base_dir), judge=base_judge,  # re-derived with --spec, else its own spec
                            ran=None if spec_file else base_judge, keep=False,  # the spec it ran: its embedded one
-                           from_send=_lag_checked(base_judge, rules))
+                           from_send=_lag_checked(base_judge, rules, None if spec_file else _spec_ahead(new_dir)))
     del loaded, base_ev
     loaded = load_for_judging(command, new_dir, spec_file, name_dir=True)
     if isinstance(loaded, int):
@@ -109,16 +109,30 @@ def comparison_of(command: str, base_dir: str, new_dir: str, spec_file: str | No
                    new_spec=None if spec_file else spec, judged_with=(base_judge, spec))
 
 
-def _lag_checked(spec: Any, rules: Sequence[Any]) -> bool:
+def _lag_checked(spec: Any, rules: Sequence[Any], new_spec: Any = None) -> bool:
     """Whether the base run read up front keeps its open-loop levels' lag figures' samples (from
     the send; under max_concurrency, less the client's lateness: a failing ttft or latency
-    rule's check, `compare._lag_decided`): where a rule named so far --
-    --require, the compare block of the spec it is judged with -- is on ttft or latency (the new
-    run's spec is read after the base's table went; its own rule alone is checked where --spec
-    or --require names it too)."""
+    rule's check, `compare._lag_decided`): where a rule that may be judged is on ttft or latency
+    -- --require, the compare block of the spec it is judged with (--spec, else its own), and
+    without --spec the new run's (`_spec_ahead`: the rules compare takes, read before the base
+    run's table goes, so that a rule only the new run's spec holds is checked too)."""
     from soakspec.compare.rules import rules_of
 
-    return any(r.metric in ("ttft", "latency") for r in list(rules_of(spec)) + list(rules))
+    named = [*rules_of(spec), *(rules_of(new_spec) if new_spec is not None else ()), *rules]
+    return any(r.metric in ("ttft", "latency") for r in named)
+
+
+def _spec_ahead(new_dir: str) -> Any:
+    """The new run's embedded spec from its manifest alone (`bare_evidence`: no table read), or
+    None where it cannot be read -- its full load, after the base run's, says why."""
+    from soakspec.evidence.io import EvidenceError
+    from soakspec.judge.cli_support import bare_evidence
+    from soakspec.judge.workload import ran_spec
+
+    try:
+        return ran_spec(bare_evidence(new_dir))
+    except EvidenceError:
+        return None
 
 
 def main(args: argparse.Namespace) -> int:
