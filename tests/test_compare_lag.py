@@ -3,12 +3,13 @@ open-loop level, ttft and latency run from the intended start and hold the clien
 (within client_schedule_lag: no saturated bucket), so a client later than the base's could carry
 a `p50(ttft) regression <= 5%` past its limit with the server unchanged. The same statistic less
 the client's own lateness decides, the figure the gate chooses (`performance.lag_figure`): from
-the actual send (sent_ttft) without max_concurrency, ttft - schedule_lag under it (the wait for a
-slot kept). Where it does not fail the rule is INCONCLUSIVE with the reason, never FAIL (as the
+the actual send (sent_ttft) without max_concurrency, under it with the level's slot queue
+replayed as an on-time client would have driven it (the cap's own wait kept). Where it does not fail the rule is INCONCLUSIVE with the reason, never FAIL (as the
 gate, tests/test_lag_blame.py); where it fails too, and at a closed loop, the FAIL stands."""
 
 from __future__ import annotations
 
+import heapq
 import random
 
 import pytest
@@ -25,30 +26,38 @@ RULE = "require p50(ttft) regression <= 5%"
 
 
 def timed(spec, seed: int, *, lag: float, server: float, run_id: str, client: bool = True,
-          wait: float = 0.0) -> EvidenceBuilder:
-    """400 measured requests, each sent `lag` after its intended start (after its slot, where it
-    waited `wait` for one under max_concurrency: `admitted`) and answered its first token
-    `server` x a lognormal draw (seeded) after the send; ttft and latency from the intended
-    start, as the runner writes them. `client`: with a client.jsonl of a load process that kept
-    up."""
+          hold: float = 1.0) -> EvidenceBuilder:
+    """400 measured requests, each answered its first token `server` x a lognormal draw (seeded)
+    after its send and ending `hold` after that; sent `lag` after its intended start -- under
+    max_concurrency after its slot, the level's slots taken first come first served in
+    intended-start order as the runner's are (`admitted` where a request waited for one) -- with
+    ttft and latency from the intended start, as the runner writes them. `client`: with a
+    client.jsonl of a load process that kept up."""
     b = EvidenceBuilder(spec, per_bucket=100, run_id=run_id)
     if client:
         b.with_client()
     rng = random.Random(seed)
-    for r in b.measured("a"):
-        if wait:
-            r["admitted"] = r["intended_start"] + wait
-        start = r["intended_start"] + wait + lag
+    load = spec.workloads[0].load
+    cap = load.max_concurrency if load.mode == "open" else None
+    free = [float("-inf")] * (cap or 1)  # the slots' free times
+    for r in sorted(b.measured("a"), key=lambda r: r["intended_start"]):
+        slot = heapq.heappop(free) if cap else float("-inf")
+        admitted = max(r["intended_start"], slot)
+        if admitted > r["intended_start"]:
+            r["admitted"] = admitted
+        start = admitted + lag
         s = 0.15 * server * rng.lognormvariate(0.0, 0.2)
-        r.update(start=start, first_byte=start + s - 0.005, first_token=start + s, end=start + s + 1.0,
+        r.update(start=start, first_byte=start + s - 0.005, first_token=start + s, end=start + s + hold,
                  ttft=None, latency=None)
+        if cap:
+            heapq.heappush(free, start + s + hold)
     return b
 
 
 def _judged(spec, *, base_lag: float, new_lag: float, server: float = 1.0, rule: str = RULE, client: bool = True,
-            new_wait: float = 0.0):
+            new_hold: float = 1.0):
     base = timed(spec, 1, lag=base_lag, server=1.0, run_id="base", client=client).build()
-    new = timed(spec, 2, lag=new_lag, server=server, run_id="new", client=client, wait=new_wait).build()
+    new = timed(spec, 2, lag=new_lag, server=server, run_id="new", client=client, hold=new_hold).build()
     return compare(base, new, resamples=2000, rules=[parse_rule(rule)])
 
 
@@ -79,21 +88,22 @@ def test_a_server_slower_from_the_send_too_still_fails():
 
 
 def test_a_capped_regression_only_the_clients_lag_makes_is_inconclusive_as_the_gate_says():
-    """Under max_concurrency the figure is the gate's (`lag_figure`): ttft - schedule_lag, the
-    wait for a slot kept. No request waited for one here, so the new run's 160 ms is all the
+    """Under max_concurrency the figure is the gate's (`lag_figure`): ttft with the slot queue
+    replayed on time, the cap's own wait kept. No request waited for one here, so the new run's 160 ms is all the
     client's: INCONCLUSIVE, naming the figure as the gate does -- and the gate, on the same
     evidence under `p50(ttft) < 250ms`, is INCONCLUSIVE too (before, compare FAILed it)."""
     c = _judged(CAPPED, base_lag=0.002, new_lag=0.16)
     out = c.rules[0]
     assert out.status == "inconclusive", out.message
     assert out.message.startswith("not judged, the regression of p50(ttft) is the load generator's: measured less the "
-                                  "load generator's own lateness (p50(ttft - schedule_lag), the wait for a slot under "
-                                  "max_concurrency kept) it changed "), out.message
+                                  "load generator's own lateness (p50(ttft with the slot queue replayed on time), the wait "
+                                  "for a slot under max_concurrency as an on-time load generator would have met it) it "
+                                  "changed "), out.message
     assert "the new run's schedule lag p50 160ms against the base's 2ms" in out.message, out.message
     assert c.outcome == "INCONCLUSIVE"
     assert not [r for r in c.rows if "schedule_lag" in r.metric]  # no row of its own: the family is as it was
     lat = _judged(CAPPED, base_lag=0.002, new_lag=0.5, rule="require p50(latency) regression <= 5%").rules[0]
-    assert lat.status == "inconclusive" and "p50(latency - schedule_lag)" in lat.message, lat.message
+    assert lat.status == "inconclusive" and "p50(latency with the slot queue replayed on time)" in lat.message, lat.message
     spec = small_spec("require p50(ttft) < 250ms per level", mode="open", levels="[2rps]\n    max_concurrency = 4",
                       duration="4m", bucket="1m", gate=ALLOWANCE)
     gate = judge(spec, timed(spec, 2, lag=0.16, server=1.0, run_id="new").build())
@@ -101,10 +111,11 @@ def test_a_capped_regression_only_the_clients_lag_makes_is_inconclusive_as_the_g
 
 
 def test_a_capped_levels_longer_wait_for_a_slot_keeps_its_fail():
-    """The same lateness, but each of the new run's requests also waited 150 ms for a slot under
-    the cap: what users see, kept in the figure (the send figure would hide it), so the figure
-    fails too and the FAIL stands."""
-    c = _judged(CAPPED, base_lag=0.002, new_lag=0.16, new_wait=0.15)
+    """The same lateness, but the new run's server holds each request 2.5 s after its first
+    token (1 s in the base): 4 slots then serve 1.5 requests a second of the 2 due, and the cap's
+    own queue grows -- what users see, kept in the figure (the send figure would hide it; the
+    replayed queue, on time, grows as much), so the figure fails too and the FAIL stands."""
+    c = _judged(CAPPED, base_lag=0.002, new_lag=0.16, new_hold=2.5)
     assert c.rules[0].status == "fail", c.rules[0].message
     assert "load generator" not in c.rules[0].message
     assert c.outcome == "FAIL"
@@ -118,7 +129,8 @@ def test_a_closed_loop_keeps_its_fail():
     assert c.rules[0].status == "fail", c.rules[0].message
 
 
-@pytest.mark.parametrize("spec,figure", [(OPEN, "sent_ttft"), (CAPPED, "ttft - schedule_lag")], ids=["open", "capped"])
+@pytest.mark.parametrize("spec,figure", [(OPEN, "sent_ttft"), (CAPPED, "ttft with the slot queue replayed on time")],
+                         ids=["open", "capped"])
 def test_a_base_run_read_up_front_keeps_what_the_check_needs_when_asked(spec, figure):
     """The command reads the base run up front (`keep=False`): with `from_send` it keeps the
     open level's samples of its lag figure (from the send; under a cap, less the client's

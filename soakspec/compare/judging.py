@@ -14,8 +14,8 @@ inconclusive there, as the gate makes a FAIL that overlaps such a bucket: the ch
 client's own lag. A failing row of a level where both kept up still FAILs the rule -- except a
 ttft or latency row of an open-loop level in both runs whose same statistic less the load
 generator's own lateness (the gate's figure, `performance.lag_figure`: from the actual send,
-sent_ttft / sent_latency, without max_concurrency; ttft - schedule_lag under it, the wait for a
-slot kept) does not fail the limit: the new run's client was later, the server was not slower,
+sent_ttft / sent_latency, without max_concurrency; under it, with the slot queue replayed on
+time, the cap's own wait kept) does not fail the limit: the new run's client was later, the server was not slower,
 and the rule is INCONCLUSIVE there (`_lag_decided`). The rule takes
 the worst row; a `warn` rule that fails is WARN (status "warn", as `gate` writes it) and
 never changes the outcome. `ratio(errors) regression <= 1%` bounds the rise of the share of
@@ -163,9 +163,11 @@ def _lag_decided(rule: CompareRule, rows: Sequence[Row], pending: Sequence[_Pend
     `performance._lag_decided` makes such an instance. The figure is the gate's own choice,
     `performance.lag_figure`, asked of the level pair, so that the two cannot drift: where
     neither level declares max_concurrency the time from the actual send (sent_ttft,
-    sent_latency); where one does, the time less only the client's lateness (ttft -
-    schedule_lag, `registry.LESS_LAG`: the wait for a slot under the user's cap, which users
-    see, kept -- a FAIL that wait carries stands, as the gate's). A closed loop (its intended
+    sent_latency); where one does, the time with the level's slot queue replayed as an on-time
+    client would have driven it (`judge/capreplay.py`: the wait for a slot under the user's
+    cap, which users see, kept -- a FAIL the cap's own queue carries stands, as the gate's).
+    Each side is measured with its own level's figure (an uncapped level's from the send is the
+    replayed one's, value for value: nothing to replay), under the pair's name. A closed loop (its intended
     start is its send) and runs whose gates do not judge their client (`judged`: either says
     `client_healthy = false`) are judged as measured; so is a pair where only one level is an
     open loop. Where the figure fails too the FAIL stands (the server's own time). The figure's
@@ -174,9 +176,8 @@ def _lag_decided(rule: CompareRule, rows: Sequence[Row], pending: Sequence[_Pend
     seed). It is not one more comparison of the family (m, `family_confidence`): it cannot make
     a FAIL, only take one back, so it adds no false FAIL for the correction to bound -- and
     counting it would widen every row of a comparison by rows it does not show. A run read up
-    front without the figure's samples (`RunSamples.read(keep=False)` without `from_send`, or a
-    level whose cap its pair does not share) is not checked: a note says the FAIL stands
-    unchecked. `rows[i]` is `pending[i]`'s row."""
+    front without the figure's samples (`RunSamples.read(keep=False)` without `from_send`) is
+    not checked: a note says the FAIL stands unchecked. `rows[i]` is `pending[i]`'s row."""
     from soakspec.judge.performance import FROM_SEND, lag_figure
 
     if rule.metric not in FROM_SEND:
@@ -189,10 +190,15 @@ def _lag_decided(rule: CompareRule, rows: Sequence[Row], pending: Sequence[_Pend
         if r.metric != rule.metric or r.stat != rule.stat or r.turn is not None or not _fails(rule, r):
             continue
         lvs = (p.base_lv, p.new_lv)
-        fig = lag_figure(both, rule.metric, list(lvs))  # type: ignore[arg-type]
-        if fig is None or any(lag_figure(both, rule.metric, [lv]) is None for lv in lvs):  # type: ignore[arg-type]
+        held = [_level(lv) for lv in lvs]
+        fig = lag_figure(both, rule.metric, held)  # type: ignore[arg-type]
+        own = [lag_figure(both, rule.metric, [lv]) for lv in held]  # type: ignore[arg-type]
+        if fig is None or own[0] is None or own[1] is None:
             continue  # each level an open loop, or judged as measured
-        sides = tuple(figure_samples(lv, fig) for lv in lvs)
+        # each side measured with its own level's figure: where a level is not capped its figure
+        # from the send is the replayed one's value for value (nothing to replay), so a capped
+        # level beside an uncapped one compares the same figure under the pair's name
+        sides = (figure_samples(lvs[0], own[0]), figure_samples(lvs[1], own[1]))
         if sides[0] is None or sides[1] is None:
             lacking = " and ".join(w for w, x in zip(("base", "new"), sides) if x is None)
             notes.append(f"{r.backend} {r.where}: {rule.stat}({rule.metric}) was not checked {fig.measured} (the "
@@ -204,6 +210,14 @@ def _lag_decided(rule: CompareRule, rows: Sequence[Row], pending: Sequence[_Pend
             continue
         out[i] = _lag_said(rule, s, p, fig)
     return out
+
+
+def _level(lv: LevelSamples) -> Any:
+    """What `lag_figure` reads of a compared level: its index where the run's table is held (the
+    figure is measured over it: a capped level's slot queue is replayed from its records), else
+    the compared level itself (its manifest entry and place: the figure's choice and name; its
+    samples were read up front by that name)."""
+    return lv.samples.lv if isinstance(lv.samples, _LevelSamples) else lv
 
 
 @dataclasses.dataclass(frozen=True)

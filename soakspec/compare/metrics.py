@@ -29,7 +29,7 @@ samples of its capped levels only -- 8 bytes a request (16 where not compact) it
 for nothing at every other level (with `from_send`, an open-loop level's too, for the check
 below). An uncapped open-loop level's sent_* row is made for one purpose only, unshown and
 outside the family: a failing ttft or latency rule's check from the send (compare/judging.py,
-"Rules"; at a capped level that check's figure is ttft - schedule_lag, not sent_ttft). A rule on sent_ttft or sent_latency judges the capped
+"Rules"; at a capped level that check's figure replays the slot queue on time, not sent_ttft). A rule on sent_ttft or sent_latency judges the capped
 levels; with none, it is inconclusive and says so. Total token throughput has no row: with the workload held equal (or
 the difference stated, compare/__init__.py, "Comparable runs"), prompt tokens per second are qps times the fixed
 prompt, so its change is a weighted mix of the qps and throughput rows' -- one more row per

@@ -328,8 +328,8 @@ def _lag_figures(run: Any, lv: LevelIndex) -> list[LagFigure]:
 
 def figure_samples(lv: LevelSamples, fig: LagFigure) -> Samples | None:
     """`lv`'s samples of a `LagFigure` (`_lag_decided`): from its table, or as read up front --
-    None where it was read without them (no `from_send`, or another figure: a level whose cap
-    the other run's level does not share keeps its own)."""
+    None where it was read without them (no `from_send`). Read up front, a level keeps its own
+    figure's (`_lag_figures`), which is what `_lag_decided` asks of each side."""
     if isinstance(lv.samples, _LevelSamples):
         return lv.samples.figure(fig)
     got: Samples | None = lv.samples.get(fig.name)
