@@ -181,3 +181,13 @@ def test_a_gate_that_does_not_judge_its_client_keeps_the_fail_as_measured():
     c = _judged(off, base_lag=0.002, new_lag=0.16)
     assert c.rules[0].status == "fail", c.rules[0].message
     assert "load generator" not in c.rules[0].message
+
+
+def test_an_unchecked_pair_names_each_sides_own_figure():
+    """An uncapped base read up front without its lag figure beside a capped new run: the note
+    names what the base lacks -- its own figure, from the send -- not the capped side's."""
+    base = timed(OPEN, 1, lag=0.002, server=1.0, run_id="base").build()
+    new = timed(CAPPED, 2, lag=0.16, server=1.0, run_id="new").build()
+    c = compare(RunSamples.read(base, dir="base", keep=False), new, resamples=2000, rules=[parse_rule(RULE)])
+    note = next(n for n in c.notes if "was not checked" in n)
+    assert "the base run was read without its sent_ttft samples" in note, note

@@ -329,3 +329,20 @@ def test_the_rows_own_change_is_never_flagged_and_one_beyond_the_grid_is(base, s
     widest = (1 - n / (b + step)) * 100 if fall else ((n + step) / b - 1) * 100
     flagged = [c for c, _ in _findings(f"{name} {word} {min(widest + 10, 99.9) if fall else widest + 10:.1f}%.", doc)]
     assert flagged == ([] if top else ["CB502"])
+
+
+def test_a_size_in_rps_against_a_row_with_neither_failing_level_is_not_checked():
+    """A compare JSON whose sweep row records no first failing level on either side (written
+    before compare recorded it, or by hand) leaves every size possible: "by 8 rps" is not held
+    against it -- and is no internal error."""
+    assert _findings("Capacity rose by 8 rps.", _doc("improvement", 20, 28)) == []
+
+
+@pytest.mark.parametrize("text", ["Capacity rose 2 rps per GPU.", "Capacity rose 0.5 rps a user.",
+                                  "The max sustainable rate rose 10% per step."])
+def test_a_size_per_unit_is_not_the_figures_change(text):
+    """"2 rps per GPU" sizes something per unit, not the figure's whole change (20 -> 28 rps
+    allows +4 .. +12 rps): not read, so no CB502 -- while the same size of the whole change is."""
+    doc = _grid_doc("improvement", 20, 28, 24, 32)
+    assert _findings(text, doc) == []
+    assert _findings(text.replace(" per GPU", "").replace(" a user", "").replace(" per step", ""), doc)

@@ -158,6 +158,9 @@ _SIZE_AFTER = re.compile(r"[\s,(+\-]*(?:(?:by|of)\s+)?", re.I)
 _SIZE_BEFORE = re.compile(r"[\s\-]*")
 _UNIT_AFTER = re.compile(rf"\s*{_UNIT}", re.I)
 Sizes = Callable[[str, str, str, tuple[int, int]], list[Magnitude]]
+# a size of something per unit ("2 rps per GPU", "10% per step", "0.5 rps a user"): not the
+# figure's whole change, not read
+_PER = re.compile(r"\s*(?:per|/|each|a|an)\b(?!\s*(?:gain|rise|increase|drop|fall|change|improvement|jump)\b)", re.I)
 
 
 def _sizes(read: str, kind: str, word: str, d: tuple[int, int], sizes: Sizes) -> tuple[Magnitude, ...]:
@@ -174,7 +177,8 @@ def _sizes(read: str, kind: str, word: str, d: tuple[int, int], sizes: Sizes) ->
     text = "".join(chars)
     return tuple(m for m in sizes(text, kind, word, d)
                  if m.start == m.end  # the word's own ("doubled")
-                 or _SIZE_AFTER.fullmatch(text, d[1], m.start) or _SIZE_BEFORE.fullmatch(text, m.end, d[0]))
+                 or ((_SIZE_AFTER.fullmatch(text, d[1], m.start) or _SIZE_BEFORE.fullmatch(text, m.end, d[0]))
+                     and not _PER.match(text, m.end)))
 
 
 def sweep_claims(masked: str, clauses: Sequence[tuple[int, int]], skip: re.Pattern[str], gap: re.Pattern[str],
@@ -278,7 +282,7 @@ def _size_holds(m: Magnitude, r: SweepChangeRow) -> bool:
         if iv is None:
             continue
         checked = True
-        tol = 1e-9 * max(1.0, *(abs(x) for x in iv if math.isfinite(x)))
+        tol = 1e-9 * max([1.0, *(abs(x) for x in iv if math.isfinite(x))])  # both ends open: 1e-9
         if any(lo <= iv[1] + tol and iv[0] - tol <= hi for lo, hi in ranges):
             return True
     return not checked

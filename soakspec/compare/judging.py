@@ -200,9 +200,10 @@ def _lag_decided(rule: CompareRule, rows: Sequence[Row], pending: Sequence[_Pend
         # level beside an uncapped one compares the same figure under the pair's name
         sides = (figure_samples(lvs[0], own[0]), figure_samples(lvs[1], own[1]))
         if sides[0] is None or sides[1] is None:
-            lacking = " and ".join(w for w, x in zip(("base", "new"), sides) if x is None)
+            lacking = " and ".join(f"{w} run was read without its {f.name}" for w, x, f in zip(("base", "new"), sides, own)
+                                   if x is None and f is not None)
             notes.append(f"{r.backend} {r.where}: {rule.stat}({rule.metric}) was not checked {fig.measured} (the "
-                         f"{lacking} run was read without its {fig.name} samples): its FAIL may be the load generator's lag")
+                         f"{lacking} samples): its FAIL may be the load generator's lag")
             continue
         s = _row(dataclasses.replace(p, key=(*p.key[:4], fig.name, p.stat), cm=BY_NAME[fig.metric]), confidence, row_conf,
                  resamples, seed, (sides[0], sides[1]))
