@@ -129,18 +129,25 @@ def test_a_backend_named_selects_its_row():
     assert _codes("On b0, capacity rose.", doc) == ["CB501"]
 
 
+def _lint_cli(tmp_path: Path, capsys, c, body: str) -> tuple[Path, int, str]:
+    """`soakspec lint-claims PR.md --spec s.soak --compare compare.json` as a user runs it, on
+    compare's own JSON of `c` and a review whose body (after "# Perf") is `body`: the review's
+    path, the exit code and what it printed."""
+    out = tmp_path / "compare.json"
+    out.write_text(json.dumps(c.to_json()))
+    pr = tmp_path / "PR.md"
+    pr.write_text(f"# Perf\n\n{body}\n\n## Claim boundary\n\nSynthetic.\n")
+    spec = tmp_path / "s.soak"
+    spec.write_text(SWEEP)
+    code = cli.main(["lint-claims", str(pr), "--spec", str(spec), "--compare", str(out)])
+    return pr, code, capsys.readouterr().out
+
+
 def test_the_cli_checks_a_capacity_claim_against_two_sweep_runs(tmp_path: Path, capsys):
     """End to end: 24 rps before, 20 after (compare FAILs on the sweep row); the review says
     capacity rose from 20 to 24 rps -- backwards -- and lint-claims says so, with compare's figures."""
     c = _compare(sweep_run(24, 1), sweep_run(20, 2))
-    out = tmp_path / "compare.json"
-    out.write_text(json.dumps(c.to_json()))
-    pr = tmp_path / "PR.md"
-    pr.write_text("# Perf\n\nCapacity rose from 20 to 24 rps.\n\nThe sweep found 20 rps, down from 24.\n\n## Claim boundary\n\nSynthetic.\n")
-    spec = tmp_path / "s.soak"
-    spec.write_text(SWEEP)
-    code = cli.main(["lint-claims", str(pr), "--spec", str(spec), "--compare", str(out)])
-    text = capsys.readouterr().out
+    pr, code, text = _lint_cli(tmp_path, capsys, c, "Capacity rose from 20 to 24 rps.\n\nThe sweep found 20 rps, down from 24.")
     assert code == 1, text
     assert f"{pr}:3:1: CB501" in text and "24 rps → 20 rps (regression" in text, text
     assert f"{pr}:5:" not in text, text  # borne out: 24 → 20, a regression
@@ -294,14 +301,7 @@ def test_the_cli_holds_a_capacity_rise_against_the_grid_of_two_sweep_runs(tmp_pa
     50%" is CB502 naming that interval, through compare's own JSON."""
     c = _compare(sweep_run(20, 1), sweep_run(24, 2))
     assert c.sweeps[0].verdict == "improvement"
-    out = tmp_path / "compare.json"
-    out.write_text(json.dumps(c.to_json()))
-    pr = tmp_path / "PR.md"
-    pr.write_text("# Perf\n\nCapacity rose 20%.\n\nThe max sustainable rate rose 50%.\n\n## Claim boundary\n\nSynthetic.\n")
-    spec = tmp_path / "s.soak"
-    spec.write_text(SWEEP)
-    code = cli.main(["lint-claims", str(pr), "--spec", str(spec), "--compare", str(out)])
-    text = capsys.readouterr().out
+    pr, code, text = _lint_cli(tmp_path, capsys, c, "Capacity rose 20%.\n\nThe max sustainable rate rose 50%.")
     assert code == 1, text
     assert f"{pr}:5:5: CB502 states max_sustainable_rate rose 50%; 50% is outside" in text and "+14.3% .. +25.0%" in text, text
     assert "^" + "~" * 28 + "\n" in text, text  # the caret covers "max sustainable rate rose 50%", its size too
