@@ -491,3 +491,25 @@ def test_a_peak_concurrency_column_is_the_highest_level_run_not_a_peak_figure(tm
     p.write_text("| Backend | Peak concurrent requests |\n|---|---|\n| a | 4 |\n")
     assert cli.main(["lint-claims", str(p), "--spec", str(spec_file), "--evidence", str(d)]) == 1
     assert "peak concurrent requests 4" in capsys.readouterr().out
+
+
+def test_the_run_summary_shows_the_peaks(known):
+    """`soakspec run`'s printed per-level table shows the two peaks beside the means they top,
+    and its --format json carries them -- the figures the bench block prints; a level without
+    one reads "-" (as its other missing figures)."""
+    from soakspec.report.runsummary import summary_json, summary_lines
+
+    d, _, _, _ = known
+    results = json.loads((d / "results.json").read_text())
+    lines = summary_lines(results, d)
+    at = next(i for i, ln in enumerate(lines) if ln.strip().startswith("backend") and "req/s" in ln)
+    head = re.split(r"\s{2,}", lines[at].strip())
+    assert head[head.index("tok/s") + 1] == "peak tok/s" and head[head.index("in flight") + 1] == "peak concurrent requests"
+    row = re.split(r"\s{2,}", lines[at + 1].strip())
+    assert (row[head.index("peak tok/s")], row[head.index("peak concurrent requests")]) == (str(PEAK_TOKENS), str(BURST))
+    level = next(lv for lv in summary_json(results, d)["levels"] if lv["level"] == 0)
+    assert (level["peak_output_tokens_per_s"], level["peak_concurrent_requests"]) == (PEAK_TOKENS, BURST)
+    for lv in results["backends"][0]["levels"]:
+        lv["peak_output_tokens_per_s"] = lv["peak_concurrent_requests"] = None
+    row = re.split(r"\s{2,}", summary_lines(results, d)[at + 1].strip())
+    assert row[head.index("peak tok/s")] == row[head.index("peak concurrent requests")] == "-"

@@ -58,6 +58,8 @@ def level_json(lv: C.LevelRow) -> dict[str, Any]:
         "backend": lv.backend, "workload": lv.workload, "level": lv.level, "label": lv.label,
         "offered": lv.offered, "offered_rate": lv.offered_rate, "scheduled_rate": lv.scheduled_rate, "achieved_rate": lv.qps,
         "output_tokens_per_s": lv.tokens_per_s, "total_tokens_per_s": lv.total_tokens_per_s, "mean_in_flight": lv.in_flight,
+        # bench serve's two peaks (results.json's, as the bench block and the reports show them)
+        "peak_output_tokens_per_s": lv.peak_tokens_per_s, "peak_concurrent_requests": lv.peak_concurrent,
     }
     for key, _ in DISTS:
         out[key] = _pcts(getattr(lv, key))
@@ -87,6 +89,11 @@ def _trio(d: Mapping[str, Any] | None, keys: Sequence[str] = PCTS) -> str:
 def _mean(d: Mapping[str, Any] | None) -> str:
     """A metric's mean in ms (over the samples its percentiles use); "-" where the level has none."""
     return _secs(C.num(d.get("mean")) if d else None)
+
+
+def _whole(v: int | None) -> str:
+    """A whole figure (a count, a peak), "-" for none."""
+    return "-" if v is None else str(v)
 
 
 def _rate(v: float | None, digits: int) -> str:
@@ -134,10 +141,13 @@ def summary_lines(results: Mapping[str, Any], run_dir: Any, verdict: Any = None,
     if levels:
         names = [[lv.backend, lv.label] for lv in levels]
         offered = any(lv.offered != lv.label for lv in levels)  # a closed loop's level is its offered load
-        rates = [n + ([lv.offered] if offered else []) + [_rate(lv.qps, 2), _rate(lv.tokens_per_s, 1), _rate(lv.total_tokens_per_s, 1), _rate(lv.in_flight, 2)]
-                 + [str(C.as_int(lv.requests.get(k))) if C.as_int(lv.requests.get(k)) is not None else "-" for k, _ in COUNTS]
+        rates = [n + ([lv.offered] if offered else []) + [_rate(lv.qps, 2), _rate(lv.tokens_per_s, 1), _whole(lv.peak_tokens_per_s),
+                                                          _rate(lv.total_tokens_per_s, 1), _rate(lv.in_flight, 2), _whole(lv.peak_concurrent)]
+                 + [_whole(C.as_int(lv.requests.get(k))) for k, _ in COUNTS]
                  for n, lv in zip(names, levels)]
-        head = ["backend", "level"] + (["offered"] if offered else []) + ["req/s", "tok/s", "total tok/s", "in flight"] + [n for _, n in COUNTS]
+        # bench serve's two peaks beside the means they top, headed as lint-claims reads them (`claims.figures`)
+        head = (["backend", "level"] + (["offered"] if offered else [])
+                + ["req/s", "tok/s", "peak tok/s", "total tok/s", "in flight", "peak concurrent requests"] + [n for _, n in COUNTS])
         left = 3 if offered else 2
         out += ["", "per level (results.json):"]
         out += ["  " + x for x in _table(head, rates, [False] * left + [True] * (len(head) - left))]
