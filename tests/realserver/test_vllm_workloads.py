@@ -210,6 +210,24 @@ def test_max_concurrency_and_requests_per_level_hold_on_vllms_own_counters(lane,
     waited = [r for r in rows if r.get("admitted") is not None]
     sys.stderr.write(f"{len(waited)} of {len(rows)} requests waited for a slot under max_concurrency {CAP}\n")
     assert waited
+    # the judge's replay of this queue as an on-time client would have driven it (what a failing
+    # ttft or latency here is measured again with, judge/capreplay.py) holds on vLLM's own
+    # records: every replayed slot came no later than the run's own send (gain >= 0: the runner's
+    # slots are first come, first served in intended-start order, as the replay takes them) and
+    # no earlier than the request was due (gain <= its lateness from the intended start)
+    import numpy as np
+
+    from soakspec.judge.capreplay import SERVER_ENDED, gains
+
+    queue = sorted(rows, key=lambda r: r["intended_start"])  # the warm-up's too: it held the slots
+    col = lambda k: np.array([r[k] if r.get(k) is not None else np.nan for r in queue], dtype=float)  # noqa: E731
+    gain = gains(np.array([r.get("worker") if r.get("worker") is not None else -1 for r in queue], dtype=np.int64),
+                 col("intended_start"), col("start"), col("end"),
+                 np.array([r["outcome"] in SERVER_ENDED for r in queue]), CAP, level.get("workers") or 1)
+    lateness = col("start") - col("intended_start")
+    sys.stderr.write(f"slot queue replayed on time: gain p50 {np.median(gain) * 1000:.1f} ms, max {gain.max() * 1000:.1f} ms; "
+                     f"lateness from the intended start p50 {np.median(lateness) * 1000:.1f} ms, max {lateness.max() * 1000:.1f} ms\n")
+    assert (gain >= -1e-6).all() and (gain <= lateness + 1e-6).all()
     # the count: exactly COUNT measured requests, the level ended by it
     measured = [r for r in rows if r["bucket"] >= 0]
     warmup = [r for r in rows if r["bucket"] < 0]
