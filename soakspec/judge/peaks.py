@@ -74,6 +74,12 @@ import numpy as np
 MAX_SECONDS = 1 << 21  # a level's bins at most (24 days): a token later than that is not counted
 _US = 1_000_000
 
+
+def micros_since(origin: float, t: np.ndarray) -> np.ndarray:
+    """Whole microseconds of `t` from `origin` (int64): how every second a peak counts in is
+    placed (`TokenSeconds`, `less_claimed`), so a take-back lands where the count was."""
+    return np.rint((t - origin) * _US).astype(np.int64)
+
 LevelKey = tuple[str, int]  # (workload, level index), as the manifest's level entries name a level
 
 
@@ -141,7 +147,7 @@ class TokenSeconds:
         before = before.astype(np.int64, copy=False)
         if cs is None:
             cs = np.cumsum(flat, dtype=np.int64)
-        ft = np.rint((first_token - origin) * _US).astype(np.int64)  # µs from the origin
+        ft = micros_since(origin, first_token)
         # the row's cumulative gaps before its first (no copy of cs: one pass over the gaps is the cumsum)
         base = np.where(before > 0, cs[np.maximum(before - 1, 0)], 0) if len(cs) else np.zeros(len(before), dtype=np.int64)
         if not nonneg and len(flat) and int(flat.min()) < 0:
@@ -221,7 +227,7 @@ def less_claimed(bins: np.ndarray, origin: float, first_token: np.ndarray, k1: n
     more = k1 > 1
     if not more.any():
         return bins
-    sec = np.rint((first_token[more] - origin) * _US).astype(np.int64) // _US
+    sec = micros_since(origin, first_token[more]) // _US
     keep = (sec >= 0) & (sec < len(bins))
     out = bins.copy()
     np.subtract.at(out, sec[keep], (k1[more][keep] - 1).astype(np.int64))
