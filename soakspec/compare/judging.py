@@ -182,7 +182,6 @@ def _lag_decided(rule: CompareRule, rows: Sequence[Row], pending: Sequence[_Pend
 
     if rule.metric not in FROM_SEND:
         return {}
-    both = _Runs(_Gate(judged))  # what lag_figure asks of a run: whether its gate judges the client
     confidence, row_conf, resamples, seed = how
     out: dict[int, str] = {}
     for i, r in enumerate(rows):
@@ -191,8 +190,8 @@ def _lag_decided(rule: CompareRule, rows: Sequence[Row], pending: Sequence[_Pend
             continue
         lvs = (p.base_lv, p.new_lv)
         held = [_level(lv) for lv in lvs]
-        fig = lag_figure(both, rule.metric, held)  # type: ignore[arg-type]
-        own = [lag_figure(both, rule.metric, [lv]) for lv in held]  # type: ignore[arg-type]
+        fig = lag_figure(judged, rule.metric, held)
+        own = [lag_figure(judged, rule.metric, [lv]) for lv in held]
         if fig is None or own[0] is None or own[1] is None:
             continue  # each level an open loop, or judged as measured
         # each side measured with its own level's figure: where a level is not capped its figure
@@ -219,19 +218,6 @@ def _level(lv: LevelSamples) -> Any:
     the compared level itself (its manifest entry and place: the figure's choice and name; its
     samples were read up front by that name)."""
     return lv.samples.lv if isinstance(lv.samples, _LevelSamples) else lv
-
-
-@dataclasses.dataclass(frozen=True)
-class _Gate:
-    client_healthy: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class _Runs:
-    """The two compared runs as `performance.lag_figure` reads a run: its gate's
-    `client_healthy` (true only where both runs' gates judge their client)."""
-
-    gate: _Gate
 
 
 def _lag_said(rule: CompareRule, s: Row, p: _Pending, fig: Any) -> str:

@@ -323,7 +323,7 @@ def _lag_figures(run: Any, lv: LevelIndex) -> list[LagFigure]:
     level read up front with `from_send` (`_lag_decided`); none for a run that was not joined."""
     if run is None:
         return []
-    return [f for m in FROM_SEND if (f := lag_figure(run, m, [lv])) is not None]
+    return [f for m in FROM_SEND if (f := lag_figure(bool(run.gate.client_healthy), m, [lv])) is not None]
 
 
 def figure_samples(lv: LevelSamples, fig: LagFigure) -> Samples | None:

@@ -761,11 +761,11 @@ class LagFigure:
         return stat_text.replace(f"({metric})", f"({self.name})")
 
 
-def lag_figure(run: JudgedRun, metric: str, levels: list[LevelIndex]) -> LagFigure | None:
+def lag_figure(client_judged: bool, metric: str, levels: list[LevelIndex]) -> LagFigure | None:
     """The figure that takes the load generator's own lateness out of `metric` (ttft, latency)
     over `levels` (a scope's, or an abort's one), or None where the client's lag cannot decide
-    a failure there: the gate says `client_healthy = false` (the client not judged: its figures
-    as measured), no level is an open loop (a closed loop's intended start is its send), or
+    a failure there: the client is not judged (`client_judged` false: a gate's `client_healthy =
+    false`, or in compare either run's -- its figures as measured), no level is an open loop (a closed loop's intended start is its send), or
     `metric` is no time from the intended start. The one predicate the require rules
     (`_lag_decided`) and the abort rules (`validity.abort_lag_decided`) both ask.
 
@@ -792,7 +792,7 @@ def lag_figure(run: JudgedRun, metric: str, levels: list[LevelIndex]) -> LagFigu
     from soakspec.judge.index import capped
     from soakspec.judge.registry import less_lag, metric as registered
 
-    if metric not in FROM_SEND or not run.gate.client_healthy or not any(lv.entry.get("mode") == "open" for lv in levels):
+    if metric not in FROM_SEND or not client_judged or not any(lv.entry.get("mode") == "open" for lv in levels):
         return None
     replayed = [lv for lv in levels if capped(lv.entry)]
     if replayed:
@@ -848,7 +848,7 @@ def _lag_decided(run: JudgedRun, sc: Scope, rule: Rule, j: Judged) -> Judged:
     inst = j[0]
     e = rule.expr
     levels = [sc.level] if sc.level is not None else [lv for bi in sc.backends for lv in bi.levels]
-    fig = lag_figure(run, e.metric, levels)
+    fig = lag_figure(run.gate.client_healthy, e.metric, levels)
     if fig is None:
         return j
     own = dataclasses.replace(e, metric=fig.metric, text=fig.text(e.metric, e.text))

@@ -778,7 +778,7 @@ def abort_lag_decided(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
         return None
     found = next(((bi, lv) for bi in run.judged if bi.name == a.get("backend") for lv in bi.levels
                   if (lv.workload, lv.index) == (a.get("workload"), a.get("level"))), None)
-    fig = lag_figure(run, str(a.get("metric")), [found[1]]) if found is not None else None
+    fig = lag_figure(run.gate.client_healthy, str(a.get("metric")), [found[1]]) if found is not None else None
     if fig is None:
         return None
     bi, lv = found
