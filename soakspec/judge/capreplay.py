@@ -69,7 +69,7 @@ import math
 
 import numpy as np
 
-from soakspec.judge.table import MISSING, RequestTable, Rows, num
+from soakspec.judge.table import MISSING, RequestTable, Rows
 from soakspec.shares import in_flight_share, process_of
 
 __all__ = ["SlotReplay", "gains", "level_replay"]
@@ -180,21 +180,16 @@ class SlotReplay:
         return out
 
 
-def _floats(recs: Rows, key: str) -> np.ndarray:
-    return recs.map(lambda t, idx: t.f[key][idx], lambda r: v if (v := num(r.get(key))) is not None else math.nan)
-
-
 def level_replay(warmup: Rows, records: Rows, cap: int, workers: object) -> SlotReplay:
     """The replay of a capped level's requests (its warm-up and its measured ones: the slots'
     holders), by table and row (see the module doc)."""
     recs = warmup + records
     parts = workers if type(workers) is int and workers >= 1 else 1
-    worker = recs.map(lambda t, idx: t.i["worker"][idx].astype(np.int64),
-                      lambda r: v if type(v := r.get("worker")) is int else MISSING, dtype=np.int64)
+    worker = recs.ints("worker")
     srv = recs.map(lambda t, idx: np.logical_or.reduce([t.label_is("outcome", o, idx) for o in SERVER_ENDED]),
                    lambda r: r.get("outcome") in SERVER_ENDED, dtype=bool)
-    gain = gains(np.where(worker == MISSING, -1, worker), _floats(recs, "intended_start"), _floats(recs, "start"),
-                 _floats(recs, "end"), srv.astype(bool), cap, parts)
+    gain = gains(np.where(worker == MISSING, -1, worker), recs.floats("intended_start"), recs.floats("start"),
+                 recs.floats("end"), srv.astype(bool), cap, parts)
     by: list[tuple[RequestTable, list[np.ndarray], list[np.ndarray]]] = []
     at = 0
     for t, idx in recs.parts:

@@ -2004,6 +2004,15 @@ class Rows(Sequence):
         """The rows for which `mask_of(table, idx)` (a boolean array) holds."""
         return Rows(tuple((t, idx[mask_of(t, idx)]) for t, idx in self.parts))
 
+    def floats(self, key: str) -> np.ndarray:
+        """Float column `key` of the selected rows (float64), NaN where a row has none."""
+        return self.map(lambda t, idx: t.f[key][idx], lambda r: v if (v := num(r.get(key))) is not None else math.nan)
+
+    def ints(self, key: str) -> np.ndarray:
+        """Int column `key` of the selected rows (int64), MISSING where a row has none."""
+        return self.map(lambda t, idx: t.i[key][idx].astype(np.int64),
+                        lambda r: v if type(v := r.get(key)) is int else MISSING, dtype=np.int64)
+
     def map(self, col_of, row_of, dtype=np.float64) -> np.ndarray:
         """One value per selected row: `col_of(table, idx)` vectorized over ordinary rows,
         `row_of(rec)` for rows with extras. Aligned with the selection (part by part)."""

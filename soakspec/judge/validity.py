@@ -446,7 +446,7 @@ def _admitted_problems(lv: LevelIndex, lloc: Location) -> list[Instance]:
     such records would hide the load generator's own lateness from client_healthy."""
     if capped(lv.entry):
         return []
-    n = int(np.count_nonzero(~np.isnan(_floats(lv.records, "admitted"))))
+    n = int(np.count_nonzero(~np.isnan(lv.records.floats("admitted"))))
     if not n:
         return []
     return [problem(f"{plural(n, 'record')} carry admitted (a wait for a slot under max_concurrency), but the level "
@@ -1005,7 +1005,7 @@ def thinking(lv: LevelIndex, w) -> float | None:
         return None
     recs = lv.started_between(w.start, w.end + think[1] + 1e-9)
     col, row = _think_col(think)
-    start = _floats(recs, "start")
+    start = recs.floats("start")
     wait = recs.map(col, row)
     ok = ~np.isnan(start) & (wait > 0)
     span = np.minimum(start[ok], w.end) - np.maximum(start[ok] - wait[ok], w.start)
@@ -1016,15 +1016,6 @@ def thinking(lv: LevelIndex, w) -> float | None:
     return total / (w.end - w.start)
 
 
-def _floats(recs: Rows, key: str) -> np.ndarray:
-    return recs.map(lambda t, idx: t.f[key][idx], lambda r: v if (v := num_(r.get(key))) is not None else math.nan)
-
-
-def _ints(recs: Rows, key: str) -> np.ndarray:
-    return recs.map(lambda t, idx: t.i[key][idx].astype(np.int64),
-                    lambda r: v if type(v := r.get(key)) is int else MISSING, dtype=np.int64)
-
-
 def _tail_thinking(lv: LevelIndex, think: tuple[float, float, int], stop: float, a: float, b: float) -> float:
     """Session-seconds in [a, b) of the waits that ran into the level's end: a session whose last
     turn ended before the end with a think time that would carry past it sends nothing more (no
@@ -1033,8 +1024,8 @@ def _tail_thinking(lv: LevelIndex, think: tuple[float, float, int], stop: float,
     up to the end. (A session whose conversation was over would have begun its next at once, and
     that turn's record would be there.)"""
     recs = lv.records
-    worker, start, end = _ints(recs, "worker"), _floats(recs, "start"), _floats(recs, "end")
-    conv, turn = _ints(recs, "conversation"), _ints(recs, "turn")
+    worker, start, end = recs.ints("worker"), recs.floats("start"), recs.floats("end")
+    conv, turn = recs.ints("conversation"), recs.ints("turn")
     ok = (worker != MISSING) & ~np.isnan(start) & ~np.isnan(end) & (turn >= 1) & (conv >= 0)
     if not ok.any():
         return 0.0
@@ -1355,7 +1346,7 @@ def schedule_kept(run: JudgedRun) -> tuple[list[Instance], int, str]:
         for lv in bi.levels:
             if lv.entry.get("mode") != "open":
                 continue
-            p = schedproof.prove(lv.entry, np.concatenate([_floats(lv.warmup, "intended_start"), _floats(lv.records, "intended_start")]))
+            p = schedproof.prove(lv.entry, np.concatenate([lv.warmup.floats("intended_start"), lv.records.floats("intended_start")]))
             if p.status == schedproof.PROVEN:
                 proven += 1
             elif p.status == schedproof.UNPROVEN:
@@ -1419,8 +1410,8 @@ def cap_kept(bi: BackendIndex, lv: LevelIndex, tol: float) -> list[Instance]:
     recs = lv.warmup + lv.records
     workers = lv.entry.get("workers")
     parts = workers if type(workers) is int and workers >= 1 else 1
-    found = breaches(_ints(recs, "worker"), _floats(recs, "intended_start"), _floats(recs, "start"),
-                     _floats(recs, "admitted"), _floats(recs, "end"), cap, parts, tol)
+    found = breaches(recs.ints("worker"), recs.floats("intended_start"), recs.floats("start"),
+                     recs.floats("admitted"), recs.floats("end"), cap, parts, tol)
     where = loc(level_scope(bi, lv))
     return [Instance("inconclusive", where, float(b.peak if b.kind == "over" else b.count), None, b.count,
                      f"{CAP_UNPROVEN if b.kind == 'unplaced' else CAP_BROKEN} (max_concurrency {cap}): {_breach_text(b)}",
