@@ -117,6 +117,7 @@ QS = st.sampled_from(sorted(PERCENTILES, key=float))
 @example([(-1.0, 3.0), (0.5, 10.0), (math.inf, 10.0)], "1", "90")  # lowest bucket bounded below 0: its bound
 @example([(0.1, 0.0), (0.5, 10.0), (math.inf, 10.0)], "0", "90")  # p0 in an empty lowest bucket: NaN
 @example([(0.05, 1.0), (0.1, 2.0), (math.inf, 2.0)], "99.9", "100")  # 99.9 / 100 is not 0.999
+@example([(0.001, 0.0), (0.01, 1.0), (math.inf, 1.0)], "0", "100")  # 0.001 + 0.009 * 1.0 rounds past 0.01
 def test_a_histogram_quantile_is_prometheus_histogram_quantile(buckets, q1, q2):
     """For the same bucket counts, soakspec's quantile is the number histogram_quantile gives
     (and Grafana shows), NaN -- no figure -- exactly where it gives NaN; each lies within the
@@ -128,7 +129,10 @@ def test_a_histogram_quantile_is_prometheus_histogram_quantile(buckets, q1, q2):
         assert (math.isnan(want) and math.isnan(v)) or v == want, (p, want, v)
         est, (lo, hi) = quantile_estimate(float(p), theirs)
         if est is not None:
-            assert lo <= est and (hi is None or est <= hi), (est, lo, hi)
+            # within its bucket, but for the rounding of Prometheus' own arithmetic (start + (le -
+            # start) * fraction may land an ulp past le: the number Grafana shows); the judge
+            # decides a threshold by the bucket's bounds, never by that last ulp
+            assert lo <= est and (hi is None or est <= hi or math.isclose(est, hi, rel_tol=1e-12)), (est, lo, hi)
             got.append(est)
     assert got == sorted(got)
 
